@@ -1,0 +1,50 @@
+// Element types of checkpoint tensors and their conversions to and from f32.
+// bf16: the top 16 bits of an f32 (round-to-nearest-even on the way down).
+// f16: IEEE half; converted with F16C instructions (part of our x86-64-v3 baseline).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+#include <immintrin.h>
+
+namespace fathom {
+
+enum class DType : uint8_t { kF32, kBF16, kF16 };
+
+inline size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+// The safetensors spelling: "F32", "BF16", "F16".
+std::string_view DTypeName(DType t);
+std::optional<DType> DTypeFromSafetensorsName(std::string_view name);
+// The CLI / config spelling: "f32", "bf16", "f16".
+std::optional<DType> DTypeFromFlag(std::string_view name);
+
+inline float BF16ToF32(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+inline uint16_t F32ToBF16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+inline float F16ToF32(uint16_t h) { return _cvtsh_ss(h); }
+inline uint16_t F16FromF32(float f) {
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+}
+
+// Bulk conversions of n elements; `src` is raw bytes of type `t`.
+void ConvertToF32(DType t, const void* src, float* dst, size_t n);
+void ConvertFromF32(DType t, const float* src, void* dst, size_t n);
+
+}  // namespace fathom
