@@ -1,0 +1,66 @@
+// Exit policies for looped models: after each loop step r (1-based) the runner hands the
+// token's exit signal to the policy, which says whether it leaves the loop now.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace fathom {
+
+struct StepSignal {
+  float gate_lambda = 0.f;  // Ouro: sigmoid(gate(h_r))
+  float latent_diff = 0.f;  // Huginn: ||x_r - x_{r-1}|| / ||x_r||
+  float kl = 0.f;           // Huginn: KL(p_{r-1} || p_r) of successive steps' predictions
+};
+
+class ExitPolicy {
+ public:
+  virtual ~ExitPolicy() = default;
+  virtual void Reset() = 0;  // before each token
+  // True when the token exits after step `step` (1-based). The runner exits at the last
+  // step regardless.
+  virtual bool ShouldExit(int32_t step, const StepSignal& s) = 0;
+  virtual bool needs_kl() const { return false; }
+  virtual std::string Describe() const = 0;
+};
+
+// Ouro: exit at the first step whose cumulative exit probability reaches q, where
+// p_t = lambda_t * prod_{j<t} (1 - lambda_j) (not a per-step threshold on lambda).
+class CumulativeHazardExit final : public ExitPolicy {
+ public:
+  explicit CumulativeHazardExit(double q) : q_(q) {}
+  void Reset() override { survive_ = 1.0, cdf_ = 0.0; }
+  bool ShouldExit(int32_t step, const StepSignal& s) override;
+  std::string Describe() const override;
+
+ private:
+  double q_, survive_ = 1.0, cdf_ = 0.0;
+};
+
+// Huginn: exit once the latent state changes by less than `threshold` (relative), or once
+// the KL divergence between successive steps' predictions is below `threshold`.
+class LatentDiffExit final : public ExitPolicy {
+ public:
+  explicit LatentDiffExit(double threshold) : t_(threshold) {}
+  void Reset() override {}
+  bool ShouldExit(int32_t, const StepSignal& s) override { return s.latent_diff < t_; }
+  std::string Describe() const override;
+
+ private:
+  double t_;
+};
+
+class KlExit final : public ExitPolicy {
+ public:
+  explicit KlExit(double threshold) : t_(threshold) {}
+  void Reset() override {}
+  bool ShouldExit(int32_t step, const StepSignal& s) override { return step > 1 && s.kl < t_; }
+  bool needs_kl() const override { return true; }
+  std::string Describe() const override;
+
+ private:
+  double t_;
+};
+
+}  // namespace fathom

@@ -1,0 +1,47 @@
+// Single-sequence generation: prefill the prompt (in chunks, every loop step), then decode
+// one token at a time, each leaving the loop where its exit policy says. This is the
+// one-request-at-a-time path that batched schedules are checked against.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/sampling.h"
+#include "model/model.h"
+
+namespace fathom {
+
+enum class ExitCriterion { kAuto, kHazard, kLatentDiff, kKl };
+
+struct GenerateOptions {
+  std::vector<int32_t> prompt;
+  int32_t max_tokens = 16;
+  int32_t loops = 0;                      // 0: the model's default loop count
+  std::optional<double> exit_threshold;   // looped models: exit early by this threshold
+  ExitCriterion criterion = ExitCriterion::kAuto;  // auto: Ouro hazard, Huginn latent diff
+  SamplingParams sampling;
+  uint64_t seed = 0;
+  std::optional<uint64_t> init_seed;      // Huginn: random initial state; default zero
+  bool stop_at_eos = true;
+  int64_t prefill_chunk = 512;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> ids;          // generated tokens
+  std::vector<int32_t> exit_depths;  // loop steps run to produce each (looped models)
+  std::string finish_reason;         // "length" or "stop"
+  double prefill_seconds = 0, decode_seconds = 0;
+  int64_t decode_steps = 0;          // forwards of one token (ids.size() - 1 at most)
+};
+
+// Errors name the offending option (empty prompt, ids outside the vocabulary, a prompt plus
+// max_tokens beyond the model's positions, loops out of range, a threshold for a dense model).
+Result<GenerateResult> Generate(const Model& model, const GenerateOptions& opt);
+
+// The loop count a request runs with (opt.loops or the model's default), validated.
+Result<int32_t> ResolveLoops(const ModelSpec& spec, int32_t loops);
+
+}  // namespace fathom

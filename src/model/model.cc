@@ -1,0 +1,170 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "model/family.h"
+
+namespace fathom {
+namespace {
+
+// Resolves names against the checkpoint with errors that name file, tensor, expected, found.
+class TensorSource {
+ public:
+  TensorSource(const Checkpoint& c, std::string dir) : c_(c), dir_(std::move(dir)) {}
+
+  Result<TensorView> Get(const std::string& name) const {
+    const TensorEntry* e = c_.Find(name);
+    if (!e) return Status::Error(dir_ + ": missing tensor '" + name + "'");
+    return e->view;
+  }
+  Result<std::vector<float>> F32(const std::string& name) const {
+    if (name.empty()) return std::vector<float>{};
+    FATHOM_ASSIGN_OR_RETURN(TensorView v, Get(name));
+    return v.ToF32();
+  }
+  Result<Linear> MakeLinear(const std::vector<std::string>& names,
+                            const std::vector<std::string>& bias_names = {}) const {
+    std::vector<TensorView> ws;
+    std::vector<TensorView> bs;
+    for (const std::string& n : names) {
+      FATHOM_ASSIGN_OR_RETURN(TensorView v, Get(n));
+      ws.push_back(v);
+    }
+    for (const std::string& n : bias_names) {
+      FATHOM_ASSIGN_OR_RETURN(TensorView v, Get(n));
+      bs.push_back(v);
+    }
+    std::vector<const TensorView*> bias_ptrs;
+    for (const TensorView& b : bs) bias_ptrs.push_back(&b);
+    auto lin = Linear::Create(ws, bias_ptrs);
+    if (!lin.ok()) return lin.status().WithContext(dir_ + ": tensor '" + names[0] + "'");
+    return lin;
+  }
+
+ private:
+  const Checkpoint& c_;
+  std::string dir_;
+};
+
+// Exactly the declared tensors, with the declared shapes; errors name file and tensor.
+Status CheckTensors(const ModelSpec& spec, const Checkpoint& ckpt) {
+  std::set<std::string> expected;
+  for (const ExpectedTensor& t : ExpectedTensors(spec)) {
+    expected.insert(t.name);
+    const TensorEntry* e = ckpt.Find(t.name);
+    if (!e)
+      return Status::Error("missing tensor '" + t.name + "' (expected shape " +
+                           ShapeToString(t.shape) + ")");
+    if (e->view.shape != t.shape)
+      return Status::Error(e->file + ": tensor '" + t.name + "': expected shape " +
+                           ShapeToString(t.shape) + ", found " + ShapeToString(e->view.shape) +
+                           " (dtype " + std::string(DTypeName(e->view.dtype)) + ")");
+  }
+  for (const auto& [name, entry] : ckpt.tensors()) {
+    if (expected.count(name)) continue;
+    if (std::find(spec.ignored_tensors.begin(), spec.ignored_tensors.end(), name) !=
+        spec.ignored_tensors.end())
+      continue;
+    if (spec.tie_embeddings && name == spec.lm_head_name) {
+      if (entry.view.shape != Shape{spec.vocab, spec.hidden})
+        return Status::Error(entry.file + ": tensor '" + name + "': expected shape " +
+                             ShapeToString({spec.vocab, spec.hidden}) + ", found " +
+                             ShapeToString(entry.view.shape));
+      continue;  // a stored copy of the tied embedding (Huginn ships both); the embedding wins
+    }
+    return Status::Error(entry.file + ": unexpected tensor '" + name + "' (shape " +
+                         ShapeToString(entry.view.shape) + ") for model_type '" +
+                         spec.model_type + "'");
+  }
+  return Status::Ok();
+}
+
+Result<LayerWeights> LoadLayer(const ModelSpec& spec, const LayerNames& n, const TensorSource& src) {
+  LayerWeights w;
+  FATHOM_ASSIGN_OR_RETURN(w.attn_in_norm, src.F32(n.attn_in_norm));
+  FATHOM_ASSIGN_OR_RETURN(w.attn_out_norm, src.F32(n.attn_out_norm));
+  FATHOM_ASSIGN_OR_RETURN(w.attn_post_norm, src.F32(n.attn_post_norm));
+  FATHOM_ASSIGN_OR_RETURN(w.mlp_in_norm, src.F32(n.mlp_in_norm));
+  FATHOM_ASSIGN_OR_RETURN(w.mlp_out_norm, src.F32(n.mlp_out_norm));
+  FATHOM_ASSIGN_OR_RETURN(w.mlp_post_norm, src.F32(n.mlp_post_norm));
+  FATHOM_ASSIGN_OR_RETURN(w.qkv, src.MakeLinear(n.qkv, n.qkv_bias));
+  FATHOM_ASSIGN_OR_RETURN(w.q_norm, src.F32(n.q_norm));
+  FATHOM_ASSIGN_OR_RETURN(w.k_norm, src.F32(n.k_norm));
+  if (!n.qk_bias.empty()) {
+    // [2, 1, H, D]: q bias then k bias.
+    FATHOM_ASSIGN_OR_RETURN(std::vector<float> qk, src.F32(n.qk_bias));
+    const size_t half = qk.size() / 2;
+    w.q_bias.assign(qk.begin(), qk.begin() + static_cast<std::ptrdiff_t>(half));
+    w.k_bias.assign(qk.begin() + static_cast<std::ptrdiff_t>(half), qk.end());
+    if (spec.n_kv_heads != spec.n_heads)
+      return Status::Error("tensor '" + n.qk_bias + "': qk_bias needs as many key/value heads " +
+                           "as attention heads");
+  }
+  FATHOM_ASSIGN_OR_RETURN(w.o, src.MakeLinear({n.o_proj}));
+  FATHOM_ASSIGN_OR_RETURN(w.gate_up, src.MakeLinear(n.gate_up));
+  FATHOM_ASSIGN_OR_RETURN(w.down, src.MakeLinear({n.down}));
+  return w;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
+  auto m = std::make_unique<Model>();
+  m->dir_ = dir;
+  const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
+  FATHOM_ASSIGN_OR_RETURN(m->spec_, SpecFromConfigFile(config_path));
+  FATHOM_ASSIGN_OR_RETURN(m->checkpoint_, Checkpoint::Open(dir));
+  const ModelSpec& spec = m->spec_;
+  FATHOM_RETURN_IF_ERROR(CheckTensors(spec, m->checkpoint_).WithContext(dir));
+
+  TensorSource src(m->checkpoint_, dir);
+  ModelWeights& w = m->weights_;
+  FATHOM_ASSIGN_OR_RETURN(w.embed, src.Get(spec.embed_name));
+  for (const LayerSpec& l : spec.layers) {
+    FATHOM_ASSIGN_OR_RETURN(LayerWeights lw, LoadLayer(spec, l.names, src));
+    w.layers.push_back(std::move(lw));
+  }
+  FATHOM_ASSIGN_OR_RETURN(w.final_norm, src.F32(spec.final_norm_name));
+  FATHOM_ASSIGN_OR_RETURN(
+      w.lm_head, src.MakeLinear({spec.tie_embeddings ? spec.embed_name : spec.lm_head_name}));
+  if (!spec.loop.adapter.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(w.adapter, src.MakeLinear({spec.loop.adapter}));
+  }
+  if (!spec.loop.exit_gate.empty()) {
+    FATHOM_ASSIGN_OR_RETURN(w.exit_gate, src.F32(spec.loop.exit_gate));
+    FATHOM_ASSIGN_OR_RETURN(std::vector<float> b, src.F32(spec.loop.exit_gate_bias));
+    w.exit_gate_bias = b.at(0);
+  }
+  m->rope_ = RopeTable(spec.head_dim, spec.rope_theta, std::min<int64_t>(spec.max_positions, 65536));
+  return m;
+}
+
+namespace {
+size_t LayerBytes(const LayerWeights& l) {
+  return l.qkv.weight_bytes() + l.o.weight_bytes() + l.gate_up.weight_bytes() +
+         l.down.weight_bytes();
+}
+}  // namespace
+
+size_t Model::prelude_weight_bytes() const {
+  size_t b = 0;
+  for (int32_t i = 0; i < spec_.n_prelude; ++i) b += LayerBytes(weights_.layers[i]);
+  return b;
+}
+
+size_t Model::core_step_weight_bytes() const {
+  size_t b = weights_.adapter.weight_bytes();
+  for (int32_t i = 0; i < spec_.n_core; ++i) b += LayerBytes(weights_.layers[spec_.n_prelude + i]);
+  return b;
+}
+
+size_t Model::coda_weight_bytes() const {
+  size_t b = weights_.lm_head.weight_bytes();
+  for (int32_t i = 0; i < spec_.n_coda; ++i)
+    b += LayerBytes(weights_.layers[spec_.n_prelude + spec_.n_core + i]);
+  return b;
+}
+
+}  // namespace fathom

@@ -1,0 +1,67 @@
+// Model: a ModelSpec plus its weights, loaded from a Hugging Face model directory
+// (config.json + model.safetensors or index-sharded safetensors).
+//
+// Loading checks the checkpoint against the family's declared tensors (family.h): a missing
+// tensor, an unexpected one, or a wrong shape is an error naming the file, the tensor and
+// expected versus found. Matmul weights are prepacked into memory fathom owns (matmul.h);
+// norms and small vectors are converted to f32. The embedding table stays memory-mapped
+// (a decode step touches one row of it).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "io/safetensors.h"
+#include "kernels/matmul.h"
+#include "kernels/rope.h"
+#include "model/model_spec.h"
+
+namespace fathom {
+
+struct LayerWeights {
+  // RMSNorm weights, f32 [E]; empty = the norm is absent in this block kind.
+  std::vector<float> attn_in_norm, attn_out_norm, attn_post_norm;
+  std::vector<float> mlp_in_norm, mlp_out_norm, mlp_post_norm;
+  Linear qkv;                         // [q_dim + 2 kv_dim, E] (+ bias): rows q | k | v
+  std::vector<float> q_norm, k_norm;  // [D] per-head RMSNorm (Qwen3); empty if absent
+  std::vector<float> q_bias, k_bias;  // [H * D] additive q/k bias (Huginn); empty if absent
+  Linear o;                           // [E, q_dim]
+  Linear gate_up;                     // [2 I, E]: rows gate | up
+  Linear down;                        // [E, I]
+};
+
+struct ModelWeights {
+  TensorView embed;                 // [V, E], memory-mapped, any dtype
+  std::vector<LayerWeights> layers;  // as spec.layers
+  std::vector<float> final_norm;    // [E]
+  Linear lm_head;                   // [V, E]
+  Linear adapter;                   // Huginn: [E, 2 E]
+  std::vector<float> exit_gate;     // Ouro: [E]
+  float exit_gate_bias = 0.f;
+};
+
+class Model {
+ public:
+  static Result<std::unique_ptr<Model>> Load(const std::string& dir);
+
+  const ModelSpec& spec() const { return spec_; }
+  const ModelWeights& weights() const { return weights_; }
+  const RopeTable& rope() const { return rope_; }
+  const std::string& dir() const { return dir_; }
+
+  // Bytes of matmul weights streamed per token, by stage (for bandwidth accounting).
+  size_t prelude_weight_bytes() const;
+  size_t core_step_weight_bytes() const;  // one loop step, including the adapter
+  size_t coda_weight_bytes() const;       // coda layers and the LM head
+
+ private:
+  std::string dir_;
+  ModelSpec spec_;
+  Checkpoint checkpoint_;  // keeps the mapping of `embed` alive
+  ModelWeights weights_;
+  RopeTable rope_;
+};
+
+}  // namespace fathom

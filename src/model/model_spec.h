@@ -1,0 +1,112 @@
+// ModelSpec: everything fathom knows about a model's structure, as data.
+//
+// Every family (dense, Ouro, Huginn) is described by the same stage structure:
+//
+//   h = embed(ids) * embed_scale                      [n, E]
+//   h = prelude layers(h)                              (a dense model is all prelude)
+//   if looped:                                         core layers x R loop steps
+//     e = h; x = initial state (e | zero | random)
+//     repeat R times:
+//       u = core input (x, or adapter(cat[x, e]))
+//       x = core layers(u)          each (layer, step) has its own KV layer
+//       x = step_norm ? final_norm(x) : x              (Ouro feeds the normed state on)
+//       exit signal of x            (Ouro: gate hazard on x; Huginn: latent change)
+//     x = after_loop_norm ? final_norm(x) : x          (Huginn: ln_f before the coda)
+//   h = coda layers(x)
+//   h = before_head_norm ? final_norm(h) : h
+//   logits = lm_head(h)                                [n, V]
+//
+// Each layer is one transformer block whose norm placement is data (BlockNorms), so the
+// pre-norm (Llama/Qwen), sandwich (Ouro) and post-norm (Huginn) blocks are one code path.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/rope.h"
+
+namespace fathom {
+
+// Tensor names of one block; an empty name means "absent". The block computes
+//   x = attn_post(x + attn_out(attn(attn_in(x))))
+//   x = mlp_post(x + mlp_out(mlp(mlp_in(x))))
+// with absent norms as identity.
+struct LayerNames {
+  std::string attn_in_norm, attn_out_norm, attn_post_norm;
+  std::string mlp_in_norm, mlp_out_norm, mlp_post_norm;
+  std::vector<std::string> qkv;       // {q, k, v} or one fused {Wqkv}: rows q | k | v
+  std::vector<std::string> qkv_bias;  // empty, or one per qkv entry
+  std::string q_norm, k_norm;         // Qwen3: RMSNorm over head_dim, per head, before RoPE
+  std::string qk_bias;                // Huginn: [2, 1, n_heads, head_dim] added to q and k
+  std::string o_proj;
+  std::vector<std::string> gate_up;   // {gate, up} or one fused {fc}: rows gate | up
+  std::string down;
+};
+
+enum class StageKind { kPrelude, kCore, kCoda };
+
+struct LayerSpec {
+  StageKind stage = StageKind::kPrelude;
+  int32_t index_in_stage = 0;
+  LayerNames names;
+};
+
+enum class CoreInput {
+  kState,            // u = x (Ouro)
+  kAdapterOnConcat,  // u = adapter(cat[x, e]) with adapter [E, 2E] (Huginn)
+};
+
+enum class InitialState {
+  kPreludeOutput,  // x0 = e (Ouro: the embeddings)
+  kZero,           // Huginn, deterministic
+  kRandom,         // Huginn "like-init": truncated normal * embed_scale, seeded
+};
+
+enum class ExitSignal {
+  kNone,
+  kGateHazard,   // Ouro: lambda = sigmoid(gate(x)); exit by cumulative probability >= q
+  kLatentDiff,   // Huginn: ||x_r - x_{r-1}|| / ||x_r|| below a threshold (also KL on request)
+};
+
+struct LoopSpec {
+  bool looped = false;
+  int32_t default_loops = 0;  // total_ut_steps (Ouro), mean_recurrence (Huginn)
+  int32_t max_loops = 0;      // the most a user may ask for
+  CoreInput core_input = CoreInput::kState;
+  InitialState initial_state = InitialState::kPreludeOutput;
+  bool step_norm = false;        // final_norm after every loop step (Ouro)
+  bool after_loop_norm = false;  // final_norm once after the loop (Huginn)
+  ExitSignal exit_signal = ExitSignal::kNone;
+  std::string adapter;                    // Huginn: transformer.adapter.weight
+  std::string exit_gate, exit_gate_bias;  // Ouro: model.early_exit_gate.{weight,bias}
+};
+
+struct ModelSpec {
+  std::string model_type;  // config.json model_type
+  int64_t hidden = 0;      // E
+  int64_t intermediate = 0;
+  int64_t vocab = 0;       // V (rows of the embedding and LM head)
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float norm_eps = 1e-6f;
+  float rope_theta = 10000.f;
+  RopeStyle rope_style = RopeStyle::kNeox;
+  int64_t max_positions = 2048;
+  float embed_scale = 1.f;
+  bool tie_embeddings = false;
+  int32_t bos_id = -1, eos_id = -1;
+
+  std::vector<LayerSpec> layers;  // prelude, then core, then coda, in execution order
+  int32_t n_prelude = 0, n_core = 0, n_coda = 0;
+  LoopSpec loop;
+  bool before_head_norm = true;  // false for Ouro: its state is normed at the end of each step
+
+  std::string embed_name, final_norm_name, lm_head_name;
+  // Tensors a checkpoint may carry that fathom ignores (e.g. Huginn's freqs_cis buffer).
+  std::vector<std::string> ignored_tensors;
+
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+};
+
+}  // namespace fathom

@@ -1,0 +1,69 @@
+#include <cstdio>
+#include <fstream>
+
+#include "commands.h"
+#include "exec/generate.h"
+#include "exec/runner.h"
+#include "flags.h"
+
+namespace fathom::cli {
+
+// "zero" -> nullopt; "seed:N" -> N.
+Result<std::optional<uint64_t>> ParseInitState(const std::string& v) {
+  if (v == "zero") return std::optional<uint64_t>();
+  if (v.rfind("seed:", 0) == 0) {
+    FATHOM_ASSIGN_OR_RETURN(std::vector<int64_t> n, ParseIntList("--init-state", v.substr(5)));
+    if (n.size() == 1 && n[0] >= 0) return std::optional<uint64_t>(static_cast<uint64_t>(n[0]));
+  }
+  return Status::Error("--init-state: expected 'zero' or 'seed:N', found '" + v + "'");
+}
+
+int RunLogits(const std::vector<std::string>& args) {
+  std::string model_dir, ids_text, out_path, init = "zero";
+  int64_t loops = 0;
+  FlagSet flags("fathom logits",
+                "fathom logits --model DIR --ids 1,2,3 [--loops R] [--init-state zero|seed:N] --out FILE",
+                "Runs the prompt once (causal, every loop step) and writes the logits of every\n"
+                "position as little-endian float32, row-major [n_tokens, vocab_size].");
+  flags.String("--model", &model_dir, "Hugging Face model directory");
+  flags.String("--ids", &ids_text, "comma-separated prompt token ids");
+  flags.String("--out", &out_path, "output file");
+  flags.Int("--loops", &loops, "loop count of a looped model (default: total_ut_steps for Ouro, "
+            "mean_recurrence for Huginn)", 1, 4096);
+  flags.String("--init-state", &init, "Huginn's initial state: zero (default) or seed:N");
+  for (const char* r : {"--model", "--ids", "--out"}) flags.Require(r);
+  if (Status s = flags.Parse(args); !s.ok()) return Fail("logits", s.message(), 2);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  auto ids = ParseIdList("--ids", ids_text);
+  if (!ids.ok()) return Fail("logits", ids.status().message(), 2);
+  auto init_seed = ParseInitState(init);
+  if (!init_seed.ok()) return Fail("logits", init_seed.status().message(), 2);
+  auto model = Model::Load(model_dir);
+  if (!model.ok()) return Fail("logits", model.status().message(), 1);
+  const ModelSpec& spec = (*model)->spec();
+  auto r = ResolveLoops(spec, static_cast<int32_t>(loops));
+  if (!r.ok()) return Fail("logits", "--" + r.status().message(), 2);
+
+  Runner runner(**model);
+  SequenceKv kv(spec, *r, static_cast<int64_t>(ids->size()));
+  ForwardRequest req;
+  req.ids = ids->data();
+  req.n = static_cast<int64_t>(ids->size());
+  req.loops = *r;
+  req.random_init = *init_seed;
+  req.all_logits = true;
+  ForwardResult out;
+  if (Status s = runner.Forward(kv, req, &out); !s.ok()) return Fail("logits", s.message(), 1);
+  std::ofstream f(out_path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(out.logits.data()),
+          static_cast<std::streamsize>(out.logits.size() * sizeof(float)));
+  if (!f) return Fail("logits", "cannot write " + out_path, 1);
+  std::printf("wrote %zu x %lld logits to %s\n", ids->size(), static_cast<long long>(spec.vocab),
+              out_path.c_str());
+  return 0;
+}
+
+}  // namespace fathom::cli
