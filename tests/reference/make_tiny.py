@@ -1,0 +1,541 @@
+#!/usr/bin/python3
+r"""Tiny random checkpoints with the exact upstream tensor names, plus the reference's self-test.
+
+    /usr/bin/python3 tests/reference/make_tiny.py --family {llama,qwen2,qwen3,ouro,huginn} \
+        --out DIR [--dtype f32|bf16|f16] [--seed N] [--tied] [--shards N]
+    /usr/bin/python3 tests/reference/make_tiny.py --selftest [--work DIR]
+
+--selftest makes checkpoints for every family and checks reference.py against an
+independent float64 numpy formulation (per-head, per-position loops, complex-number RoPE
+for Huginn), incremental (KV cache, one token per call) against full-prompt forwards,
+Ouro's pdf sums, the CLI and the on-disk formats.
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import reference as ref  # noqa: E402
+
+# ----------------------------------------------------------------------------------------
+# safetensors writer
+# ----------------------------------------------------------------------------------------
+
+_DT = {"f32": ("F32", torch.float32), "bf16": ("BF16", torch.bfloat16), "f16": ("F16", torch.float16)}
+
+
+def tensor_bytes(t, dtype):
+    t = t.to(_DT[dtype][1]).contiguous()
+    if dtype == "bf16":
+        return t.view(torch.int16).numpy().astype("<i2").tobytes()
+    return t.numpy().astype("<f4" if dtype == "f32" else "<f2").tobytes()
+
+
+def write_safetensors(path, tensors, dtype):
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, t in tensors.items():
+        b = tensor_bytes(t, dtype)
+        header[name] = {"dtype": _DT[dtype][0], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode("utf-8")
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def save_checkpoint(out, cfg, tensors, dtype, shards=1):
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    if shards <= 1:
+        write_safetensors(os.path.join(out, "model.safetensors"), tensors, dtype)
+        return
+    names = list(tensors)
+    weight_map = {}
+    for s in range(shards):
+        part = names[s::shards]
+        fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        write_safetensors(os.path.join(out, fname), {n: tensors[n] for n in part}, dtype)
+        weight_map.update({n: fname for n in part})
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=1)
+
+
+# ----------------------------------------------------------------------------------------
+# random tiny models
+# ----------------------------------------------------------------------------------------
+
+
+def make_model(family, seed=0, tied=False):
+    """Return (config dict, {name: float32 tensor}) with upstream names and shapes."""
+    g = torch.Generator().manual_seed(seed)
+
+    def lin(o, i):
+        return torch.randn(o, i, generator=g) / math.sqrt(i)
+
+    def norm(n):  # far from 1 so that `weight` vs `1 + weight` mistakes show
+        return 1.0 + 0.3 * torch.randn(n, generator=g)
+
+    def vec(n, s=0.3):
+        return s * torch.randn(n, generator=g)
+
+    V = 256
+    T = {}
+    if family in ("llama", "qwen2", "qwen3", "ouro"):
+        E, H, Hkv, I, L = 64, 4, 2, 96, 2
+        D = 32 if family == "qwen3" else E // H  # qwen3: head_dim != hidden / heads
+        cfg = {"model_type": family, "hidden_size": E, "intermediate_size": I, "num_hidden_layers": L,
+               "num_attention_heads": H, "num_key_value_heads": Hkv, "head_dim": D, "rms_norm_eps": 1e-6,
+               "rope_theta": 10000.0 if family != "ouro" else 1000000.0, "vocab_size": V,
+               "tie_word_embeddings": bool(tied), "hidden_act": "silu", "max_position_embeddings": 4096}
+        cfg["architectures"] = {"llama": ["LlamaForCausalLM"], "qwen2": ["Qwen2ForCausalLM"],
+                                "qwen3": ["Qwen3ForCausalLM"], "ouro": ["OuroForCausalLM"]}[family]
+        if family == "llama":
+            cfg["attention_bias"] = False
+        if family == "qwen3":
+            cfg["attention_bias"] = False
+        if family == "ouro":
+            cfg.update({"total_ut_steps": 4, "early_exit_threshold": 1.0, "use_sliding_window": False})
+        T["model.embed_tokens.weight"] = torch.randn(V, E, generator=g)
+        for i in range(L):
+            p = f"model.layers.{i}."
+            T[p + "input_layernorm.weight"] = norm(E)
+            T[p + "self_attn.q_proj.weight"] = lin(H * D, E)
+            T[p + "self_attn.k_proj.weight"] = lin(Hkv * D, E)
+            T[p + "self_attn.v_proj.weight"] = lin(Hkv * D, E)
+            T[p + "self_attn.o_proj.weight"] = lin(E, H * D)
+            if family == "qwen2":
+                T[p + "self_attn.q_proj.bias"] = vec(H * D)
+                T[p + "self_attn.k_proj.bias"] = vec(Hkv * D)
+                T[p + "self_attn.v_proj.bias"] = vec(Hkv * D)
+            if family == "qwen3":
+                T[p + "self_attn.q_norm.weight"] = norm(D)
+                T[p + "self_attn.k_norm.weight"] = norm(D)
+            T[p + "post_attention_layernorm.weight"] = norm(E)
+            T[p + "mlp.gate_proj.weight"] = lin(I, E)
+            T[p + "mlp.up_proj.weight"] = lin(I, E)
+            T[p + "mlp.down_proj.weight"] = lin(E, I)
+            if family == "ouro":
+                T[p + "input_layernorm_2.weight"] = norm(E)
+                T[p + "post_attention_layernorm_2.weight"] = norm(E)
+        T["model.norm.weight"] = norm(E)
+        if family == "ouro":
+            T["model.early_exit_gate.weight"] = lin(1, E)
+            T["model.early_exit_gate.bias"] = vec(1, 0.5)
+        if not tied:
+            T["lm_head.weight"] = lin(V, E)
+        return cfg, T
+
+    if family == "huginn":
+        E, H, I, P, C, K = 64, 4, 96, 2, 3, 2
+        D = E // H
+        cfg = {"model_type": "huginn_raven", "architectures": ["RavenForCausalLM"],
+               "n_embd": E, "n_heads": H, "num_key_value_heads": H, "head_dim": D,
+               "n_layers": P + C + K, "n_layers_in_prelude": P, "n_layers_in_recurrent_block": C,
+               "n_layers_in_coda": K, "mean_recurrence": 8, "mean_backprop_depth": 8,
+               "intermediate_size": I, "vocab_size": V, "padded_vocab_size": V, "padding_multiple": 4096,
+               "block_size": 4096, "norm_eps": 1e-6, "rope_base": 50000.0, "qk_bias": True, "bias": False,
+               "tie_embeddings": bool(tied), "state_init": "like-init", "injection_type": "linear",
+               "block_class_name": "SandwichBlock", "norm_class_name": "RMSNorm_llama",
+               "mlp_class_name": "GatedMLP", "nonlin_name": "SiLU", "test_time_noise": 0}
+        T["transformer.wte.weight"] = 0.3 * torch.randn(V, E, generator=g)
+
+        def block(p):
+            for n in range(1, 5):
+                T[p + f"norm_{n}.weight"] = norm(E)
+            T[p + "attn.Wqkv.weight"] = lin(3 * E, E)
+            T[p + "attn.qk_bias"] = 0.3 * torch.randn(2, 1, H, D, generator=g)
+            T[p + "attn.proj.weight"] = lin(E, E)
+            T[p + "mlp.fc.weight"] = lin(2 * I, E)
+            T[p + "mlp.proj.weight"] = lin(E, I)
+
+        for i in range(P):
+            block(f"transformer.prelude.{i}.")
+        T["transformer.adapter.weight"] = lin(E, 2 * E)
+        for i in range(C):
+            block(f"transformer.core_block.{i}.")
+        for i in range(K):
+            block(f"transformer.coda.{i}.")
+        T["transformer.ln_f.weight"] = norm(E)
+        if not tied:
+            T["lm_head.weight"] = lin(V, E)
+        return cfg, T
+    raise ValueError(family)
+
+
+def make(family, out, dtype="f32", seed=0, tied=False, shards=1):
+    cfg, T = make_model(family, seed, tied)
+    save_checkpoint(out, cfg, T, dtype, shards)
+    return cfg, T
+
+
+# ----------------------------------------------------------------------------------------
+# Independent float64 numpy formulation (loops over heads and positions).
+# ----------------------------------------------------------------------------------------
+
+
+def np_rms(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def np_silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def np_rope_half(vec, pos, theta):
+    """rotate_half RoPE on one head vector: pair (i, i + D/2) rotated by pos * theta^(-2i/D)."""
+    D = vec.shape[0]
+    out = vec.copy()
+    for i in range(D // 2):
+        ang = pos * theta ** (-2.0 * i / D)
+        a, b = vec[i], vec[i + D // 2]
+        out[i] = a * math.cos(ang) - b * math.sin(ang)
+        out[i + D // 2] = b * math.cos(ang) + a * math.sin(ang)
+    return out
+
+
+def np_rope_complex(vec, pos, theta):
+    """Interleaved RoPE: treat (2i, 2i+1) as a complex number and multiply by e^{i pos w_i}."""
+    D = vec.shape[0]
+    z = vec[0::2] + 1j * vec[1::2]
+    w = theta ** (-np.arange(0, D, 2) / D)
+    z = z * np.exp(1j * pos * w)
+    out = np.empty(D)
+    out[0::2], out[1::2] = z.real, z.imag
+    return out
+
+
+def np_attention(qs, ks, vs):
+    """qs: [S][H] of D-vectors, ks/vs: [S][Hkv]; causal; loops over heads and positions."""
+    S, H, Hkv = len(qs), len(qs[0]), len(ks[0])
+    D = qs[0][0].shape[0]
+    out = np.zeros((S, H * D))
+    for s in range(S):
+        for h in range(H):
+            kh = h // (H // Hkv)
+            scores = np.array([qs[s][h] @ ks[t][kh] / math.sqrt(D) for t in range(s + 1)])
+            pr = np.exp(scores - scores.max())
+            pr /= pr.sum()
+            out[s, h * D:(h + 1) * D] = sum(pr[t] * vs[t][kh] for t in range(s + 1))
+    return out
+
+
+def np_dense_attn(W, cfg, p, x):
+    E, H, Hkv, D = ref.dense_dims(cfg)
+    eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
+    g = lambda n: W.get(p + n)  # noqa: E731
+    q = x @ W[p + "self_attn.q_proj.weight"].T + (g("self_attn.q_proj.bias") if g("self_attn.q_proj.bias") is not None else 0)
+    k = x @ W[p + "self_attn.k_proj.weight"].T + (g("self_attn.k_proj.bias") if g("self_attn.k_proj.bias") is not None else 0)
+    v = x @ W[p + "self_attn.v_proj.weight"].T + (g("self_attn.v_proj.bias") if g("self_attn.v_proj.bias") is not None else 0)
+    qs, ks, vs = [], [], []
+    for s in range(x.shape[0]):
+        qh, kh = [], []
+        for h in range(H):
+            vec = q[s, h * D:(h + 1) * D]
+            if g("self_attn.q_norm.weight") is not None:
+                vec = np_rms(vec, g("self_attn.q_norm.weight"), eps)
+            qh.append(np_rope_half(vec, s, theta))
+        for h in range(Hkv):
+            vec = k[s, h * D:(h + 1) * D]
+            if g("self_attn.k_norm.weight") is not None:
+                vec = np_rms(vec, g("self_attn.k_norm.weight"), eps)
+            kh.append(np_rope_half(vec, s, theta))
+        qs.append(qh)
+        ks.append(kh)
+        vs.append([v[s, h * D:(h + 1) * D] for h in range(Hkv)])
+    return np_attention(qs, ks, vs) @ W[p + "self_attn.o_proj.weight"].T
+
+
+def np_dense_mlp(W, p, x):
+    return (np_silu(x @ W[p + "mlp.gate_proj.weight"].T) * (x @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T
+
+
+def np_head(W, x, embed):
+    return x @ (W["lm_head.weight"] if "lm_head.weight" in W else W[embed]).T
+
+
+def np_dense(W, cfg, ids):
+    eps = cfg["rms_norm_eps"]
+    x = W["model.embed_tokens.weight"][ids]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        x = x + np_dense_attn(W, cfg, p, np_rms(x, W[p + "input_layernorm.weight"], eps))
+        x = x + np_dense_mlp(W, p, np_rms(x, W[p + "post_attention_layernorm.weight"], eps))
+    return np_head(W, np_rms(x, W["model.norm.weight"], eps), "model.embed_tokens.weight")
+
+
+def np_ouro(W, cfg, ids, R):
+    eps = cfg["rms_norm_eps"]
+    x = W["model.embed_tokens.weight"][ids]
+    lam, steps = [], []
+    for _ in range(R):
+        for i in range(cfg["num_hidden_layers"]):
+            p = f"model.layers.{i}."
+            x = x + np_rms(np_dense_attn(W, cfg, p, np_rms(x, W[p + "input_layernorm.weight"], eps)),
+                           W[p + "input_layernorm_2.weight"], eps)
+            x = x + np_rms(np_dense_mlp(W, p, np_rms(x, W[p + "post_attention_layernorm.weight"], eps)),
+                           W[p + "post_attention_layernorm_2.weight"], eps)
+        x = np_rms(x, W["model.norm.weight"], eps)
+        z = x @ W["model.early_exit_gate.weight"][0] + W["model.early_exit_gate.bias"][0]
+        lam.append(1.0 / (1.0 + np.exp(-z)))
+        steps.append(np_head(W, x, "model.embed_tokens.weight"))
+    lam = np.array(lam)
+    # pdf written the paper's way: p_t = lambda_t prod_{j<t} (1 - lambda_j); p_R = 1 - sum_{t<R} p_t
+    pdf = np.zeros_like(lam)
+    for t in range(R - 1):
+        pdf[t] = lam[t] * np.prod(1.0 - lam[:t], axis=0)
+    pdf[R - 1] = 1.0 - pdf[: R - 1].sum(0)
+    return steps[-1], lam, pdf, np.array(steps)
+
+
+def np_huginn_block(W, cfg, p, x):
+    E, H, D = ref.huginn_dims(cfg)
+    eps, theta = cfg["norm_eps"], cfg["rope_base"]
+    hn = np_rms(x, W[p + "norm_1.weight"], eps)
+    Wqkv = W[p + "attn.Wqkv.weight"]
+    q, k, v = hn @ Wqkv[:E].T, hn @ Wqkv[E:2 * E].T, hn @ Wqkv[2 * E:].T
+    bias = W[p + "attn.qk_bias"]
+    qs = [[np_rope_complex(q[s, h * D:(h + 1) * D] + bias[0, 0, h], s, theta) for h in range(H)] for s in range(x.shape[0])]
+    ks = [[np_rope_complex(k[s, h * D:(h + 1) * D] + bias[1, 0, h], s, theta) for h in range(H)] for s in range(x.shape[0])]
+    vs = [[v[s, h * D:(h + 1) * D] for h in range(H)] for s in range(x.shape[0])]
+    x = np_rms(np_attention(qs, ks, vs) @ W[p + "attn.proj.weight"].T + x, W[p + "norm_2.weight"], eps)
+    fc = np_rms(x, W[p + "norm_3.weight"], eps) @ W[p + "mlp.fc.weight"].T
+    I = fc.shape[-1] // 2
+    m = (np_silu(fc[:, :I]) * fc[:, I:]) @ W[p + "mlp.proj.weight"].T
+    return np_rms(m + x, W[p + "norm_4.weight"], eps)
+
+
+def np_huginn(W, cfg, ids, R, x0):
+    E = cfg["n_embd"]
+    eps = cfg["norm_eps"]
+    e = W["transformer.wte.weight"][ids] * math.sqrt(E)
+    for i in range(cfg["n_layers_in_prelude"]):
+        e = np_huginn_block(W, cfg, f"transformer.prelude.{i}.", e)
+    x = x0.copy()
+    V = W["transformer.wte.weight"].shape[0]
+    prev = np.full((len(ids), V), 1.0 / V)
+    diffs, kls = [], []
+    for _ in range(R):
+        xn = np.concatenate([x, e], -1) @ W["transformer.adapter.weight"].T
+        for i in range(cfg["n_layers_in_recurrent_block"]):
+            xn = np_huginn_block(W, cfg, f"transformer.core_block.{i}.", xn)
+        diffs.append(np.linalg.norm(xn - x, axis=-1) / np.linalg.norm(xn, axis=-1))
+        x = xn
+        y = np_rms(x, W["transformer.ln_f.weight"], eps)
+        for i in range(cfg["n_layers_in_coda"]):
+            y = np_huginn_block(W, cfg, f"transformer.coda.{i}.", y)
+        logits = np_head(W, np_rms(y, W["transformer.ln_f.weight"], eps), "transformer.wte.weight")
+        pr = np.exp(logits - logits.max(-1, keepdims=True))
+        pr /= pr.sum(-1, keepdims=True)
+        kls.append((prev * (np.log(prev) - np.log(pr))).sum(-1))
+        prev = pr
+    return logits, np.array(diffs), np.array(kls)
+
+
+# ----------------------------------------------------------------------------------------
+# self-test
+# ----------------------------------------------------------------------------------------
+
+
+class Checker:
+    def __init__(self):
+        self.failures, self.count = [], 0
+
+    def close(self, name, got, want, tol):
+        got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+        ok = got.shape == want.shape and np.all(np.isfinite(got))
+        err = float(np.max(np.abs(got - want) / (1.0 + np.abs(want)))) if ok else float("inf")
+        ok = ok and err <= tol
+        self.count += 1
+        print(f"  [{'ok' if ok else 'FAIL'}] {name}: max rel err {err:.2e} (tol {tol:.0e}) shape {got.shape}")
+        if not ok:
+            self.failures.append(name)
+
+    def true(self, name, cond, detail=""):
+        self.count += 1
+        print(f"  [{'ok' if cond else 'FAIL'}] {name} {detail}")
+        if not cond:
+            self.failures.append(name)
+
+
+def read_f32(path, shape):
+    a = np.fromfile(path, dtype="<f4")
+    return a.reshape(shape)
+
+
+def selftest(work):
+    ck = Checker()
+    ids_list = [3, 17, 200, 5, 99, 42, 7]
+    ids = torch.tensor(ids_list)
+    S = len(ids_list)
+    py = sys.executable
+    refpy = os.path.join(HERE, "reference.py")
+
+    for family in ["llama", "qwen2", "qwen3", "ouro", "huginn"]:
+        for tied in (False, True):
+            tag = f"{family}{'-tied' if tied else ''}"
+            print(f"== {tag}")
+            d = os.path.join(work, tag)
+            cfg, T = make(family, d, "f32", seed=1 + len(tag), tied=tied, shards=2 if tied else 1)
+            W = ref.load_checkpoint(d)
+            ck.true(f"{tag} load names/values", set(W) == set(T) and all(torch.equal(W[n], T[n]) for n in T))
+            Wn = {n: t.double().numpy() for n, t in T.items()}
+            cfg = ref.load_config(d)
+            if family in ("llama", "qwen2", "qwen3"):
+                out = ref.run(W, cfg, ids)
+                ck.close(f"{tag} logits vs numpy f64", out["logits"], np_dense(Wn, cfg, ids_list), 2e-5)
+                inc = ref.run(W, cfg, ids, incremental=True)
+                ck.close(f"{tag} incremental == full", inc["logits"], out["logits"], 1e-5)
+            elif family == "ouro":
+                for R in (1, 2, 3, 4):
+                    out = ref.run(W, cfg, ids, loops=R)
+                    lg, lam, pdf, steps = np_ouro(Wn, cfg, ids_list, R)
+                    ck.close(f"{tag} R={R} logits", out["logits"], lg, 2e-5)
+                    ck.close(f"{tag} R={R} lambda", out["lambda"], lam, 2e-5)
+                    ck.close(f"{tag} R={R} pdf", out["pdf"], pdf, 2e-5)
+                    ck.close(f"{tag} R={R} step_logits", out["step_logits"], steps, 2e-5)
+                    ck.close(f"{tag} R={R} pdf sums to 1", out["pdf"].sum(0), np.ones(S), 1e-6)
+                    inc = ref.run(W, cfg, ids, loops=R, incremental=True)
+                    for k in out:
+                        ck.close(f"{tag} R={R} incremental == full: {k}", inc[k], out[k], 1e-5)
+                    if R > 1:  # step t's logits do not depend on the total R
+                        ck.close(f"{tag} R={R} step logits prefix == R-1 run", out["step_logits"][:-1],
+                                 prev["step_logits"], 1e-6)
+                    prev = out
+                lam = out["lambda"]
+                print(f"     lambda range {lam.min():.3f}..{lam.max():.3f}")
+            else:
+                E = cfg["n_embd"]
+                for R in (1, 2, 5, 8):
+                    x0 = torch.zeros(S, E)
+                    out = ref.run(W, cfg, ids, loops=R)
+                    lg, diff, kl = np_huginn(Wn, cfg, ids_list, R, x0.double().numpy())
+                    ck.close(f"{tag} R={R} logits", out["logits"], lg, 5e-5)
+                    ck.close(f"{tag} R={R} latent_diff", out["latent_diff"], diff, 5e-5)
+                    ck.close(f"{tag} R={R} kl", out["kl"], kl, 5e-5)
+                    ck.true(f"{tag} R={R} latent_diff[0] == 1 (zero init)",
+                            bool(torch.allclose(out["latent_diff"][0], torch.ones(S), atol=1e-6)))
+                    inc = ref.run(W, cfg, ids, loops=R, incremental=True)
+                    ck.close(f"{tag} R={R} incremental == full: logits", inc["logits"], out["logits"], 1e-5)
+                    ck.close(f"{tag} R={R} incremental == full: latent_diff", inc["latent_diff"],
+                             out["latent_diff"], 1e-5)
+                    if R > 1:  # step r's values do not depend on the total R
+                        n = prev["kl"].shape[0]
+                        ck.close(f"{tag} R={R} kl prefix == R={n} run", out["kl"][:n], prev["kl"], 1e-5)
+                        ck.close(f"{tag} R={R} latent_diff prefix == R={n} run", out["latent_diff"][:n],
+                                 prev["latent_diff"], 1e-5)
+                    prev = out
+                print(f"     latent_diff at R=8: {out['latent_diff'][:, -1].numpy().round(3).tolist()}")
+                # random initial state through the file interface
+                g = torch.Generator().manual_seed(7)
+                x0 = torch.randn(S, E, generator=g)
+                out = ref.run(W, cfg, ids, loops=3, init_state=x0)
+                lg, diff, kl = np_huginn(Wn, cfg, ids_list, 3, x0.double().numpy())
+                ck.close(f"{tag} random init logits", out["logits"], lg, 5e-5)
+                ck.close(f"{tag} random init latent_diff", out["latent_diff"], diff, 5e-5)
+
+    # CLI and on-disk formats; bf16 / f16 checkpoints
+    print("== CLI")
+    for dtype in ("bf16", "f16"):
+        d = os.path.join(work, f"ouro-{dtype}")
+        cfg, T = make("ouro", d, dtype, seed=5)
+        W = ref.load_checkpoint(d)
+        want = {n: t.to(_DT[dtype][1]).float() for n, t in T.items()}
+        ck.true(f"{dtype} read == rounded", all(torch.equal(W[n], want[n]) for n in T))
+    d = os.path.join(work, "ouro-bf16")
+    od = os.path.join(work, "out-ouro")
+    subprocess.run([py, refpy, "--model", d, "--ids", ",".join(map(str, ids_list)), "--loops", "3",
+                    "--exit-thresholds", "0.2,0.5,0.9,1.0", "--out-dir", od], check=True)
+    meta = json.load(open(os.path.join(od, "meta.json")))
+    W = ref.load_checkpoint(d)
+    cfg = ref.load_config(d)
+    out = ref.run(W, cfg, ids, loops=3)
+    V = cfg["vocab_size"]
+    ck.true("ouro meta shapes", meta["files"] == {"logits.f32": [S, V], "ouro_lambda.f32": [3, S],
+                                                  "ouro_pdf.f32": [3, S], "ouro_step_logits.f32": [3, S, V],
+                                                  "ouro_exit_step.f32": [4, S]}, str(meta["files"]))
+    ck.close("ouro cli logits", read_f32(os.path.join(od, "logits.f32"), (S, V)), out["logits"], 0)
+    ck.close("ouro cli pdf", read_f32(os.path.join(od, "ouro_pdf.f32"), (3, S)), out["pdf"], 0)
+    steps = read_f32(os.path.join(od, "ouro_exit_step.f32"), (4, S))
+    cum = np.cumsum(out["pdf"].double().numpy(), 0)
+    want = []
+    for q in (0.2, 0.5, 0.9, 1.0):
+        row = []
+        for s in range(S):
+            hit = [t for t in range(3) if cum[t, s] >= q - 1e-7]
+            row.append(hit[0] + 1 if hit and q < 1.0 else 3)
+        want.append(row)
+    ck.close("ouro exit steps", steps, np.array(want, dtype=np.float64), 0)
+    print(f"     exit steps:\n{steps}")
+    ck.true("exit steps non-decreasing in q", bool(np.all(np.diff(steps, axis=0) >= 0)))
+
+    d = os.path.join(work, "huginn")
+    hd = os.path.join(work, "out-huginn")
+    subprocess.run([py, refpy, "--model", d, "--ids", ",".join(map(str, ids_list)), "--loops", "5",
+                    "--init-state", "zero", "--out-dir", hd], check=True)
+    meta = json.load(open(os.path.join(hd, "meta.json")))
+    ck.true("huginn meta shapes", meta["files"] == {"logits.f32": [S, 256], "huginn_latent_diff.f32": [5, S],
+                                                    "huginn_kl.f32": [5, S]}, str(meta["files"]))
+    W, cfg = ref.load_checkpoint(d), ref.load_config(d)
+    out = ref.run(W, cfg, ids, loops=5)
+    ck.close("huginn cli kl", read_f32(os.path.join(hd, "huginn_kl.f32"), (5, S)), out["kl"], 0)
+    x0 = torch.randn(S, cfg["n_embd"], generator=torch.Generator().manual_seed(3))
+    x0.numpy().astype("<f4").tofile(os.path.join(work, "x0.f32"))
+    hd2 = os.path.join(work, "out-huginn-file")
+    subprocess.run([py, refpy, "--model", d, "--ids", ",".join(map(str, ids_list)), "--loops", "2",
+                    "--init-state-file", os.path.join(work, "x0.f32"), "--out-dir", hd2], check=True)
+    out = ref.run(W, cfg, ids, loops=2, init_state=x0)
+    ck.close("huginn cli init-state-file", read_f32(os.path.join(hd2, "logits.f32"), (S, 256)), out["logits"], 0)
+    dd = os.path.join(work, "out-qwen3")
+    subprocess.run([py, refpy, "--model", os.path.join(work, "qwen3-tied"), "--ids", "1,2,3", "--out-dir", dd,
+                    "--incremental"], check=True)
+    ck.true("dense meta", json.load(open(os.path.join(dd, "meta.json")))["files"] == {"logits.f32": [3, 256]})
+
+    print(f"\n{ck.count - len(ck.failures)}/{ck.count} checks passed")
+    if ck.failures:
+        print("FAILED:", ck.failures)
+        return 1
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", choices=["llama", "qwen2", "qwen3", "ouro", "huginn"])
+    ap.add_argument("--out")
+    ap.add_argument("--dtype", default="f32", choices=list(_DT))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tied", action="store_true", help="tied embeddings: no lm_head.weight tensor")
+    ap.add_argument("--shards", type=int, default=1, help="write N shards + model.safetensors.index.json")
+    ap.add_argument("--selftest", action="store_true")
+    ap.add_argument("--work", default=None, help="selftest scratch directory (default: a temp dir, removed)")
+    a = ap.parse_args()
+    if a.selftest:
+        work = a.work or tempfile.mkdtemp(prefix="fathom-ref-")
+        try:
+            return selftest(work)
+        finally:
+            if a.work is None:
+                shutil.rmtree(work, ignore_errors=True)
+    if not a.family or not a.out:
+        ap.error("--family and --out are required (or --selftest)")
+    make(a.family, a.out, a.dtype, a.seed, a.tied, a.shards)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

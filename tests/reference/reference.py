@@ -1,0 +1,542 @@
+#!/usr/bin/python3
+r"""PyTorch float32 reference forward passes for fathom's tests.
+
+Families (config.json "model_type"): llama, qwen2, qwen3 (dense), ouro (looped,
+learned exit gate), huginn_raven (prelude / recurrent core / coda).  Everything is
+computed in float32 on the CPU; checkpoint weights (F32 / BF16 / F16) are upcast.
+
+    /usr/bin/python3 tests/reference/reference.py --model DIR --ids 1,2,3 \
+        [--loops R] [--exit-thresholds 0.2,0.5,0.9] [--init-state zero | --init-state-file F] \
+        [--incremental] --out-dir OUT
+
+See README.md next to this file for the files written and the upstream sources.
+Shapes in comments: S = tokens in this call, E = hidden size, H = query heads,
+Hkv = key/value heads, D = head dim, V = vocab size, R = loop steps.
+"""
+
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+
+torch.set_grad_enabled(False)
+
+# ----------------------------------------------------------------------------------------
+# Checkpoint reading: a minimal safetensors reader (no `safetensors` package here).
+# File layout: u64 little-endian header length N, N bytes of JSON
+#   {name: {"dtype": "BF16", "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}}
+# then the raw little-endian tensor bytes; offsets are relative to the end of the header.
+# ----------------------------------------------------------------------------------------
+
+_ST_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def read_safetensors(path):
+    """Return {name: float32 tensor} for one .safetensors file."""
+    out = {}
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n).decode("utf-8"))
+        base = 8 + n
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            dtype = info["dtype"]
+            if dtype not in _ST_DTYPES:
+                raise ValueError(f"{path}: tensor {name} has unsupported dtype {dtype}")
+            begin, end = info["data_offsets"]
+            f.seek(base + begin)
+            raw = bytearray(f.read(end - begin))
+            if len(raw) == 0:
+                t = torch.empty(0, dtype=_ST_DTYPES[dtype])
+            elif dtype == "BF16":
+                # bf16 bytes viewed as int16, then reinterpreted as bfloat16
+                t = torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16)
+            else:
+                t = torch.frombuffer(raw, dtype=_ST_DTYPES[dtype])
+            out[name] = t.reshape(info["shape"]).to(torch.float32).clone()
+    return out
+
+
+def load_checkpoint(model_dir):
+    """Read model.safetensors, or the shards listed in model.safetensors.index.json."""
+    single = os.path.join(model_dir, "model.safetensors")
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(single):
+        return read_safetensors(single)
+    if os.path.exists(index):
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+        weights = {}
+        for shard in sorted(set(weight_map.values())):
+            weights.update(read_safetensors(os.path.join(model_dir, shard)))
+        missing = [k for k in weight_map if k not in weights]
+        if missing:
+            raise ValueError(f"index lists tensors absent from the shards: {missing[:5]}")
+        return weights
+    raise FileNotFoundError(f"no model.safetensors or model.safetensors.index.json in {model_dir}")
+
+
+# ----------------------------------------------------------------------------------------
+# Building blocks (all float32).
+# ----------------------------------------------------------------------------------------
+
+
+def rms_norm(x, weight, eps):
+    """RMSNorm as in HF Llama/Qwen/Ouro and Huginn: x * rsqrt(mean(x^2) + eps) * weight.
+    (plain `weight`, not `1 + weight`)"""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def linear(x, weight, bias=None):
+    y = x @ weight.t()
+    return y if bias is None else y + bias
+
+
+def inv_frequencies(head_dim, theta):
+    """inv_freq[i] = 1 / theta^(2i/D), i = 0 .. D/2-1, computed in float32 (HF and Huginn)."""
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+
+
+def rope_neox(x, positions, theta):
+    """HF `rotate_half` RoPE: dimension i pairs with i + D/2.   x: [S, heads, D]"""
+    d = x.shape[-1]
+    freqs = positions.to(torch.float32)[:, None] * inv_frequencies(d, theta)[None, :]  # [S, D/2]
+    emb = torch.cat([freqs, freqs], dim=-1)  # [S, D]
+    cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    rotated = torch.cat([-x2, x1], dim=-1)
+    return x * cos + rotated * sin
+
+
+def rope_interleaved(x, positions, theta):
+    """Huginn `apply_rotary_emb_complex_like`: adjacent pairs (2i, 2i+1) rotated by angle
+    pos * inv_freq[i].   x: [S, heads, D]"""
+    d = x.shape[-1]
+    freqs = positions.to(torch.float32)[:, None] * inv_frequencies(d, theta)[None, :]  # [S, D/2]
+    cos, sin = freqs.cos()[:, None, :], freqs.sin()[:, None, :]
+    pairs = x.unflatten(-1, (-1, 2))  # [S, heads, D/2, 2]
+    a, b = pairs[..., 0], pairs[..., 1]
+    return torch.stack([a * cos - b * sin, b * cos + a * sin], dim=-1).flatten(-2)
+
+
+def kv_store(cache, slot, k, v, start):
+    """Write this call's keys/values for positions [start, start+S) into cache[slot]
+    (appending, or overwriting an earlier write at the same positions) and return
+    the keys/values of positions [0, start+S).   k, v: [S, Hkv, D]"""
+    if slot in cache:
+        K, V = cache[slot]
+        if K.shape[0] < start:
+            raise ValueError(f"KV slot {slot}: positions {K.shape[0]}..{start} were never written")
+        K = torch.cat([K[:start], k, K[start + k.shape[0] :]], dim=0)
+        V = torch.cat([V[:start], v, V[start + v.shape[0] :]], dim=0)
+    else:
+        if start != 0:
+            raise ValueError(f"KV slot {slot}: first write starts at position {start}")
+        K, V = k, v
+    cache[slot] = (K, V)
+    end = start + k.shape[0]
+    return K[:end], V[:end]
+
+
+def causal_attention(q, k, v, start):
+    """Softmax(q k^T / sqrt(D)) v over keys 0 .. start+i for query i (causal), GQA by
+    repeating each KV head H/Hkv times (HF repeat_kv order).
+    q: [S, H, D], k/v: [T, Hkv, D] with T = start + S.  Returns [S, H*D]."""
+    S, H, D = q.shape
+    T, Hkv, _ = k.shape
+    k = k.repeat_interleave(H // Hkv, dim=1)
+    v = v.repeat_interleave(H // Hkv, dim=1)
+    scores = torch.einsum("shd,thd->hst", q, k) / math.sqrt(D)  # [H, S, T]
+    qpos = torch.arange(S)[:, None] + start
+    kpos = torch.arange(T)[None, :]
+    scores = scores.masked_fill(kpos > qpos, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return torch.einsum("hst,thd->shd", probs, v).reshape(S, H * D)
+
+
+# ----------------------------------------------------------------------------------------
+# Configs.
+# ----------------------------------------------------------------------------------------
+
+
+def load_config(model_dir):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        return json.load(f)
+
+
+def rope_theta_of(cfg, default=10000.0):
+    if "rope_theta" in cfg:
+        return float(cfg["rope_theta"])
+    params = cfg.get("rope_parameters") or {}
+    return float(params.get("rope_theta", default))
+
+
+def check_plain_rope(cfg):
+    for key in ("rope_scaling", "rope_parameters"):
+        spec = cfg.get(key)
+        if spec:
+            kind = spec.get("rope_type", spec.get("type", "default"))
+            if kind != "default":
+                raise NotImplementedError(f"RoPE scaling {kind!r} is not implemented in the reference")
+    if cfg.get("partial_rotary_factor", 1.0) != 1.0:
+        raise NotImplementedError("partial_rotary_factor != 1 is not implemented")
+    if cfg.get("use_sliding_window", False):
+        raise NotImplementedError("sliding-window attention is not implemented")
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise NotImplementedError(f"hidden_act {cfg['hidden_act']!r}")
+
+
+def dense_dims(cfg):
+    E = cfg["hidden_size"]
+    H = cfg["num_attention_heads"]
+    Hkv = cfg.get("num_key_value_heads") or H
+    D = cfg.get("head_dim") or E // H
+    return E, H, Hkv, D
+
+
+def lm_head_weight(W, head_name, embed_name):
+    """Tied embeddings: lm_head = embedding matrix when lm_head.weight is absent."""
+    return W[head_name] if head_name in W else W[embed_name]
+
+
+# ----------------------------------------------------------------------------------------
+# Dense decoder layer (Llama / Qwen2 / Qwen3) and the Ouro variant (extra output norms).
+# ----------------------------------------------------------------------------------------
+
+
+def dense_attention(W, cfg, p, x, positions, cache, slot, start):
+    """Pre-normed input x: [S, E] -> attention output [S, E] (before residual).
+    Qwen2: q/k/v bias.  Qwen3: q_norm / k_norm = RMSNorm over D per head, before RoPE."""
+    E, H, Hkv, D = dense_dims(cfg)
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    theta = rope_theta_of(cfg)
+    q = linear(x, W[p + "self_attn.q_proj.weight"], W.get(p + "self_attn.q_proj.bias")).view(-1, H, D)
+    k = linear(x, W[p + "self_attn.k_proj.weight"], W.get(p + "self_attn.k_proj.bias")).view(-1, Hkv, D)
+    v = linear(x, W[p + "self_attn.v_proj.weight"], W.get(p + "self_attn.v_proj.bias")).view(-1, Hkv, D)
+    if p + "self_attn.q_norm.weight" in W:  # Qwen3
+        q = rms_norm(q, W[p + "self_attn.q_norm.weight"], eps)
+        k = rms_norm(k, W[p + "self_attn.k_norm.weight"], eps)
+    q = rope_neox(q, positions, theta)
+    k = rope_neox(k, positions, theta)
+    K, V = kv_store(cache, slot, k, v, start)
+    y = causal_attention(q, K, V, start)  # [S, H*D]
+    return linear(y, W[p + "self_attn.o_proj.weight"], W.get(p + "self_attn.o_proj.bias"))
+
+
+def dense_mlp(W, p, x):
+    """SwiGLU: down(silu(gate(x)) * up(x)); biases only if the checkpoint has them (Llama mlp_bias)."""
+    gate = linear(x, W[p + "mlp.gate_proj.weight"], W.get(p + "mlp.gate_proj.bias"))
+    up = linear(x, W[p + "mlp.up_proj.weight"], W.get(p + "mlp.up_proj.bias"))
+    return linear(torch.nn.functional.silu(gate) * up, W[p + "mlp.down_proj.weight"], W.get(p + "mlp.down_proj.bias"))
+
+
+def dense_layer(W, cfg, i, x, positions, cache, slot, start):
+    """Pre-norm block:  x = x + attn(norm_in(x));  x = x + mlp(norm_post(x))."""
+    p, eps = f"model.layers.{i}.", cfg.get("rms_norm_eps", 1e-6)
+    x = x + dense_attention(W, cfg, p, rms_norm(x, W[p + "input_layernorm.weight"], eps), positions, cache, slot, start)
+    x = x + dense_mlp(W, p, rms_norm(x, W[p + "post_attention_layernorm.weight"], eps))
+    return x
+
+
+def ouro_layer(W, cfg, i, x, positions, cache, slot, start):
+    """Ouro block (sandwich on the branch outputs):
+    x = x + norm_in2(attn(norm_in(x)));  x = x + norm_post2(mlp(norm_post(x)))."""
+    p, eps = f"model.layers.{i}.", cfg.get("rms_norm_eps", 1e-6)
+    a = dense_attention(W, cfg, p, rms_norm(x, W[p + "input_layernorm.weight"], eps), positions, cache, slot, start)
+    x = x + rms_norm(a, W[p + "input_layernorm_2.weight"], eps)
+    m = dense_mlp(W, p, rms_norm(x, W[p + "post_attention_layernorm.weight"], eps))
+    x = x + rms_norm(m, W[p + "post_attention_layernorm_2.weight"], eps)
+    return x
+
+
+# ----------------------------------------------------------------------------------------
+# Family forwards.  Each takes the tokens of one call (ids: [S] long), the position of the
+# first one (start) and a KV cache dict {slot: (K, V)} shared between calls, so a full
+# prompt is one call with start=0 and token-by-token decoding is S calls with S=1.
+# ----------------------------------------------------------------------------------------
+
+
+def dense_forward(W, cfg, ids, start, cache):
+    """Llama / Qwen2 / Qwen3.  Returns {"logits": [S, V]}."""
+    check_plain_rope(cfg)
+    positions = torch.arange(start, start + ids.shape[0])
+    h = W["model.embed_tokens.weight"][ids]  # [S, E]
+    for i in range(cfg["num_hidden_layers"]):
+        h = dense_layer(W, cfg, i, h, positions, cache, ("layer", i), start)
+    h = rms_norm(h, W["model.norm.weight"], cfg.get("rms_norm_eps", 1e-6))
+    return {"logits": linear(h, lm_head_weight(W, "lm_head.weight", "model.embed_tokens.weight"))}
+
+
+def ouro_forward(W, cfg, ids, start, cache, loops):
+    """Ouro (LoopLM).  h_0 = embed(ids) (no scaling); for t = 1..R:
+         h_t = norm(layers(h_{t-1}))                       (all L layers, KV slot (t, layer))
+         lambda_t = sigmoid(early_exit_gate(h_t))          gate reads the normed state
+         p_t = lambda_t * prod_{j<t}(1 - lambda_j)  for t < R,  p_R = prod_{j<R}(1 - lambda_j)
+         step_logits_t = lm_head(h_t)
+    The normed state h_t is the input of the next loop step.  logits = step_logits_R.
+    Returns logits [S, V], lambda [R, S], pdf [R, S], step_logits [R, S, V]."""
+    check_plain_rope(cfg)
+    if any(t == "sliding_attention" for t in cfg.get("layer_types") or []):
+        raise NotImplementedError("sliding-window layers")
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    positions = torch.arange(start, start + ids.shape[0])
+    head = lm_head_weight(W, "lm_head.weight", "model.embed_tokens.weight")
+    h = W["model.embed_tokens.weight"][ids]  # [S, E]
+    lambdas, step_logits = [], []
+    for t in range(loops):
+        for i in range(cfg["num_hidden_layers"]):
+            h = ouro_layer(W, cfg, i, h, positions, cache, ("ut", t, i), start)
+        h = rms_norm(h, W["model.norm.weight"], eps)
+        gate = linear(h, W["model.early_exit_gate.weight"], W.get("model.early_exit_gate.bias"))  # [S, 1]
+        lambdas.append(torch.sigmoid(gate[:, 0]))
+        step_logits.append(linear(h, head))
+    lam = torch.stack(lambdas)  # [R, S]
+    return {"logits": step_logits[-1], "lambda": lam, "pdf": ouro_exit_pdf(lam),
+            "step_logits": torch.stack(step_logits)}
+
+
+def ouro_exit_pdf(lam):
+    """Exit distribution from the per-step gates, exactly as upstream OuroForCausalLM:
+    remaining = 1; p_t = lambda_t * remaining; remaining *= 1 - lambda_t; last p = remaining."""
+    pdf, remaining = [], torch.ones_like(lam[0])
+    for t in range(lam.shape[0]):
+        if t < lam.shape[0] - 1:
+            pdf.append(lam[t] * remaining)
+            remaining = remaining * (1.0 - lam[t])
+        else:
+            pdf.append(remaining)
+    return torch.stack(pdf)  # [R, S]
+
+
+def ouro_exit_steps(pdf, thresholds):
+    """1-based exit step per token: first t with cumsum_{j<=t} p_j >= q, else the last step.
+    pdf: [R, S] -> [len(q), S] float."""
+    cum = torch.cumsum(pdf, dim=0)
+    rows = []
+    for q in thresholds:
+        hit = cum >= q  # [R, S]
+        step = torch.argmax(hit.to(torch.float32), dim=0)
+        step[~hit.any(dim=0)] = pdf.shape[0] - 1
+        rows.append(step.to(torch.float32) + 1.0)
+    return torch.stack(rows)
+
+
+# ---- Huginn -------------------------------------------------------------------------------
+
+
+def huginn_dims(cfg):
+    """Field names of upstream RavenConfig (HF aliases accepted)."""
+    E = cfg.get("n_embd", cfg.get("hidden_size"))
+    H = cfg.get("n_heads", cfg.get("num_attention_heads"))
+    Hkv = cfg.get("num_key_value_heads", H)
+    if Hkv != H:
+        raise NotImplementedError("Huginn: upstream attention (qk_bias [2,1,H,D], SDPA) needs n_kv_heads == n_heads")
+    D = E // H  # upstream: head_dim = n_embd // n_heads
+    if cfg.get("head_dim", D) != D:
+        raise ValueError(f"Huginn config head_dim {cfg['head_dim']} != n_embd // n_heads = {D}")
+    return E, H, D
+
+
+def huginn_attention(W, cfg, p, x, positions, cache, slot, start):
+    """Wqkv: [3E, E] split into q, k, v (in that order); q += qk_bias[0], k += qk_bias[1]
+    (qk_bias: [2, 1, H, D], broadcast over positions) BEFORE the interleaved RoPE (fp32)."""
+    E, H, D = huginn_dims(cfg)
+    qkv = linear(x, W[p + "attn.Wqkv.weight"])  # [S, 3E]
+    q, k, v = qkv.split([E, E, E], dim=-1)
+    q, k, v = q.view(-1, H, D), k.view(-1, H, D), v.view(-1, H, D)
+    if p + "attn.qk_bias" in W:
+        q = q + W[p + "attn.qk_bias"][0]
+        k = k + W[p + "attn.qk_bias"][1]
+    theta = float(cfg.get("rope_base", 50000.0))
+    q = rope_interleaved(q, positions, theta)
+    k = rope_interleaved(k, positions, theta)
+    K, V = kv_store(cache, slot, k, v, start)
+    return linear(causal_attention(q, K, V, start), W[p + "attn.proj.weight"])
+
+
+def huginn_block(W, cfg, p, x, positions, cache, slot, start):
+    """SandwichBlock (post-norm sandwich):
+    x = norm_2(attn(norm_1(x)) + x);  x = norm_4(mlp(norm_3(x)) + x);
+    mlp(x) = proj(silu(a) * b), [a | b] = fc(x) (first half gated)."""
+    eps = cfg.get("norm_eps", 1e-6)
+    a = huginn_attention(W, cfg, p, rms_norm(x, W[p + "norm_1.weight"], eps), positions, cache, slot, start)
+    x = rms_norm(a + x, W[p + "norm_2.weight"], eps)
+    gate, up = linear(rms_norm(x, W[p + "norm_3.weight"], eps), W[p + "mlp.fc.weight"]).chunk(2, dim=-1)
+    m = linear(torch.nn.functional.silu(gate) * up, W[p + "mlp.proj.weight"])
+    return rms_norm(m + x, W[p + "norm_4.weight"], eps)
+
+
+def huginn_forward(W, cfg, ids, start, cache, loops, x0):
+    """Huginn-0125 (RavenForCausalLM), num_steps = R, no test-time noise:
+         e   = prelude(wte(ids) * sqrt(n_embd))            KV slots 0 .. P-1
+         x_0 = initial state (zero for tests)              [S, E]
+         x_r = core(adapter(cat[x_{r-1}, e]))  r = 1..R    KV slot P + (r-1)*C + layer
+         logits_r = lm_head(ln_f(coda(ln_f(x_r))))         coda KV slots -1, -2, ... (overwritten)
+    logits = logits_R.  Per step also:
+         latent_diff_r = ||x_r - x_{r-1}|| / ||x_r||       (raw states, upstream LatentDiffExitEvaluator)
+         kl_r = KL(p_{r-1} || p_r) = sum p_{r-1} (log p_{r-1} - log p_r), p_0 = uniform(1/V)
+                                                           (upstream KLExitEvaluator)
+    Returns logits [S, V], latent_diff [R, S], kl [R, S]."""
+    E, H, D = huginn_dims(cfg)
+    if cfg.get("test_time_noise", 0) not in (0, None):
+        raise NotImplementedError("test_time_noise")
+    if cfg.get("injection_type", "linear") != "linear":
+        raise NotImplementedError(f"injection_type {cfg['injection_type']!r}")
+    P = cfg.get("n_layers_in_prelude", 2)
+    C = cfg.get("n_layers_in_recurrent_block", 4)
+    K = cfg.get("n_layers_in_coda", 2)
+    eps = cfg.get("norm_eps", 1e-6)
+    positions = torch.arange(start, start + ids.shape[0])
+    if start + ids.shape[0] > cfg.get("block_size", 4096):
+        raise ValueError("sequence longer than block_size (upstream freqs_cis has block_size rows)")
+    head = lm_head_weight(W, "lm_head.weight", "transformer.wte.weight")
+
+    e = W["transformer.wte.weight"][ids] * math.sqrt(E)  # emb_scale = sqrt(n_embd)
+    for i in range(P):
+        e = huginn_block(W, cfg, f"transformer.prelude.{i}.", e, positions, cache, i, start)
+
+    def coda_logits(x):
+        y = rms_norm(x, W["transformer.ln_f.weight"], eps)
+        for i in range(K):
+            y = huginn_block(W, cfg, f"transformer.coda.{i}.", y, positions, cache, -(i + 1), start)
+        return linear(rms_norm(y, W["transformer.ln_f.weight"], eps), head)
+
+    x = x0
+    V = head.shape[0]
+    prev_logp = torch.full((ids.shape[0], V), math.log(1.0 / V))
+    diffs, kls = [], []
+    for r in range(loops):
+        x_prev = x
+        x = linear(torch.cat([x_prev, e], dim=-1), W["transformer.adapter.weight"], W.get("transformer.adapter.bias"))
+        for i in range(C):
+            x = huginn_block(W, cfg, f"transformer.core_block.{i}.", x, positions, cache, P + r * C + i, start)
+        diffs.append((x - x_prev).norm(dim=-1) / x.norm(dim=-1))
+        logits = coda_logits(x)
+        logp = torch.log_softmax(logits, dim=-1)
+        kls.append((prev_logp.exp() * (prev_logp - logp)).sum(-1))
+        prev_logp = logp
+    return {"logits": logits, "latent_diff": torch.stack(diffs), "kl": torch.stack(kls)}
+
+
+# ----------------------------------------------------------------------------------------
+# Driver.
+# ----------------------------------------------------------------------------------------
+
+FAMILIES = {"llama": "dense", "qwen2": "dense", "qwen3": "dense", "ouro": "ouro", "huginn_raven": "huginn"}
+
+
+def family_of(cfg):
+    mt = cfg.get("model_type")
+    if mt not in FAMILIES:
+        raise ValueError(f"unsupported model_type {mt!r}")
+    return FAMILIES[mt]
+
+
+def default_loops(cfg):
+    fam = family_of(cfg)
+    if fam == "ouro":
+        return int(cfg.get("total_ut_steps", 4))
+    if fam == "huginn":
+        return int(cfg.get("mean_recurrence", 32))
+    return 1
+
+
+def run(W, cfg, ids, loops=None, init_state=None, incremental=False):
+    """Forward of the whole prompt `ids` ([S] long).  Returns a dict of float32 tensors.
+    incremental=True feeds one token per call through a shared KV cache."""
+    fam = family_of(cfg)
+    loops = default_loops(cfg) if loops is None else loops
+    if fam == "huginn" and init_state is None:
+        E = huginn_dims(cfg)[0]
+        init_state = torch.zeros(ids.shape[0], E)
+
+    def call(chunk, start, cache):
+        if fam == "dense":
+            return dense_forward(W, cfg, chunk, start, cache)
+        if fam == "ouro":
+            return ouro_forward(W, cfg, chunk, start, cache, loops)
+        return huginn_forward(W, cfg, chunk, start, cache, loops, init_state[start : start + chunk.shape[0]])
+
+    if not incremental:
+        return call(ids, 0, {})
+    cache, parts = {}, []
+    for s in range(ids.shape[0]):
+        parts.append(call(ids[s : s + 1], s, cache))
+    # concatenate along the token axis (last-but-one for [R, S, V], last for [R, S], first for [S, V])
+    out = {}
+    for name in parts[0]:
+        dim = 0 if name == "logits" else 1
+        out[name] = torch.cat([p[name] for p in parts], dim=dim)
+    return out
+
+
+def write_f32(out_dir, name, tensor, meta):
+    arr = tensor.detach().to(torch.float32).contiguous().numpy().astype("<f4")
+    arr.tofile(os.path.join(out_dir, name))
+    meta["files"][name] = list(tensor.shape)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="checkpoint directory (config.json + safetensors)")
+    ap.add_argument("--ids", required=True, help="comma-separated token ids")
+    ap.add_argument("--loops", type=int, default=None,
+                    help="loop steps R (Ouro: default total_ut_steps; Huginn: default mean_recurrence)")
+    ap.add_argument("--out-dir", required=True)
+    ap.add_argument("--exit-thresholds", default=None, help="Ouro: comma-separated q values for ouro_exit_step.f32")
+    ap.add_argument("--init-state", default="zero", choices=["zero"], help="Huginn initial state")
+    ap.add_argument("--init-state-file", default=None, help="Huginn: f32 [n_tokens, n_embd] initial state")
+    ap.add_argument("--incremental", action="store_true",
+                    help="token-by-token forward through the KV cache instead of one full-prompt forward")
+    args = ap.parse_args(argv)
+
+    cfg = load_config(args.model)
+    fam = family_of(cfg)
+    W = load_checkpoint(args.model)
+    ids = torch.tensor([int(t) for t in args.ids.split(",") if t.strip() != ""], dtype=torch.long)
+    if ids.numel() == 0:
+        raise SystemExit("--ids is empty")
+    loops = default_loops(cfg) if args.loops is None else args.loops
+    if fam != "dense" and loops < 1:
+        raise SystemExit("--loops must be >= 1")
+
+    init_state = None
+    if fam == "huginn" and args.init_state_file:
+        E = huginn_dims(cfg)[0]
+        raw = torch.from_numpy(__import__("numpy").fromfile(args.init_state_file, dtype="<f4").copy())
+        if raw.numel() != ids.numel() * E:
+            raise SystemExit(f"--init-state-file has {raw.numel()} floats, expected {ids.numel()}x{E}")
+        init_state = raw.view(ids.numel(), E)
+
+    res = run(W, cfg, ids, loops=loops if fam != "dense" else None, init_state=init_state,
+              incremental=args.incremental)
+
+    os.makedirs(args.out_dir, exist_ok=True)
+    meta = {"model_type": cfg["model_type"], "family": fam, "n_tokens": int(ids.numel()),
+            "vocab_size": int(res["logits"].shape[-1]), "ids": ids.tolist(),
+            "loops": loops if fam != "dense" else None, "incremental": bool(args.incremental), "files": {}}
+    write_f32(args.out_dir, "logits.f32", res["logits"], meta)
+    if fam == "ouro":
+        write_f32(args.out_dir, "ouro_lambda.f32", res["lambda"], meta)
+        write_f32(args.out_dir, "ouro_pdf.f32", res["pdf"], meta)
+        write_f32(args.out_dir, "ouro_step_logits.f32", res["step_logits"], meta)
+        if args.exit_thresholds:
+            qs = [float(q) for q in args.exit_thresholds.split(",")]
+            meta["exit_thresholds"] = qs
+            write_f32(args.out_dir, "ouro_exit_step.f32", ouro_exit_steps(res["pdf"], qs), meta)
+    if fam == "huginn":
+        meta["init_state"] = "file:" + args.init_state_file if args.init_state_file else args.init_state
+        write_f32(args.out_dir, "huginn_latent_diff.f32", res["latent_diff"], meta)
+        write_f32(args.out_dir, "huginn_kl.f32", res["kl"], meta)
+    with open(os.path.join(args.out_dir, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
