@@ -11,7 +11,7 @@ namespace fathom {
 struct StepSignal {
   float gate_lambda = 0.f;  // Ouro: sigmoid(gate(h_r))
   float latent_diff = 0.f;  // Huginn: ||x_r - x_{r-1}|| / ||x_r||
-  float kl = 0.f;           // Huginn: KL(p_{r-1} || p_r) of successive steps' predictions
+  float kl = 0.f;           // Huginn: KL(p_{r-1} || p_r), successive predictions, p_0 uniform
 };
 
 class ExitPolicy {
@@ -55,7 +55,7 @@ class KlExit final : public ExitPolicy {
  public:
   explicit KlExit(double threshold) : t_(threshold) {}
   void Reset() override {}
-  bool ShouldExit(int32_t step, const StepSignal& s) override { return step > 1 && s.kl < t_; }
+  bool ShouldExit(int32_t, const StepSignal& s) override { return s.kl < t_; }
   bool needs_kl() const override { return true; }
   std::string Describe() const override;
 

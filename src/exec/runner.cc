@@ -184,12 +184,14 @@ void Runner::Signals(const ForwardRequest& req, SequenceKv& kv, int64_t n, int32
   float* prev_logp = Grow(sc_.prev_logp, n * V);
   for (int64_t i = 0; i < n; ++i) {
     LogSoftmax(logits.data() + i * V, V, logp + i * V);
+    // Before step 1 the prediction is uniform (upstream's p_0), so step 1 reports
+    // KL(uniform || p_1).
+    if (step == 1) std::fill_n(prev_logp + i * V, V, -std::log(static_cast<float>(V)));
     double kl = 0;
-    if (step > 1)
-      for (int64_t t = 0; t < V; ++t) {
-        const double lp = prev_logp[i * V + t];
-        kl += std::exp(lp) * (lp - logp[i * V + t]);
-      }
+    for (int64_t t = 0; t < V; ++t) {
+      const double lp = prev_logp[i * V + t];
+      kl += std::exp(lp) * (lp - logp[i * V + t]);
+    }
     if (out && req.record_signals) out->kl.push_back(static_cast<float>(kl));
     if (i == n - 1) last->kl = static_cast<float>(kl);
   }

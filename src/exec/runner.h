@@ -38,7 +38,7 @@ struct ForwardResult {
   // Signals per step and row, [steps_run, n], when record_signals:
   std::vector<float> gate_lambda;  // Ouro
   std::vector<float> latent_diff;  // Huginn
-  std::vector<float> kl;           // Huginn with compute_kl (0 at step 1)
+  std::vector<float> kl;           // Huginn with compute_kl: KL(p_{r-1} || p_r), p_0 uniform
 };
 
 class Runner {

@@ -32,7 +32,11 @@ Result<ModelSpec> HuginnSpec(const JsonFields& c) {
   ModelSpec s;
   FATHOM_ASSIGN_OR_RETURN(s.model_type, c.String("model_type"));
   FATHOM_ASSIGN_OR_RETURN(s.hidden, c.Int("n_embd"));
-  FATHOM_ASSIGN_OR_RETURN(s.n_heads, c.Int("n_heads"));
+  // Upstream's config class reads n_heads; its JSON files may spell it num_attention_heads.
+  FATHOM_ASSIGN_OR_RETURN(s.n_heads,
+                          c.Int(c.Has("n_heads") || !c.Has("num_attention_heads")
+                                    ? "n_heads"
+                                    : "num_attention_heads"));
   FATHOM_ASSIGN_OR_RETURN(s.n_kv_heads, c.IntOr("num_key_value_heads", s.n_heads));
   if (s.n_heads <= 0) return Status::Error(c.source() + ": field 'n_heads' must be positive");
   s.head_dim = s.hidden / s.n_heads;

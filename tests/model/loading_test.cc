@@ -1,0 +1,207 @@
+// Model::Load on broken checkpoints: every error names the file, the tensor or field, and
+// expected versus found.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.h"
+#include "model/family.h"
+#include "model/model.h"
+#include "model/test_util.h"
+
+namespace fathom {
+namespace {
+
+using testing::TempDir;
+
+// Reads dir's tensors, lets `edit` change the list, writes model.safetensors back.
+void RewriteTensors(const std::string& dir, const std::function<void(std::vector<OwnedTensor>&)>& edit) {
+  std::vector<OwnedTensor> tensors;
+  {
+    auto ckpt = Checkpoint::Open(dir);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+    for (const auto& [name, e] : ckpt->tensors()) {
+      OwnedTensor t{name, e.view.dtype, e.view.shape, {}};
+      const auto* p = static_cast<const uint8_t*>(e.view.data);
+      t.bytes.assign(p, p + e.view.nbytes());
+      tensors.push_back(std::move(t));
+    }
+  }
+  edit(tensors);
+  Status s = WriteSafetensors(dir + "/model.safetensors", tensors);
+  ASSERT_TRUE(s.ok()) << s.message();
+}
+
+void EditConfig(const std::string& dir, const std::function<void(nlohmann::json&)>& edit) {
+  const std::string path = dir + "/config.json";
+  nlohmann::json j;
+  {
+    std::ifstream f(path);
+    j = nlohmann::json::parse(f);
+  }
+  edit(j);
+  std::ofstream(path) << j.dump(2);
+}
+
+std::string LoadError(const std::string& dir) {
+  auto m = Model::Load(dir);
+  EXPECT_FALSE(m.ok()) << "loading " << dir << " should fail";
+  return m.ok() ? "" : m.status().message();
+}
+
+class LoadingTest : public ::testing::Test {
+ protected:
+  void SetUp() override { testing::MakeTinyModel("llama", model_, DType::kF32); }
+  TempDir tmp_;
+  std::string model_ = tmp_ / "model";
+};
+
+TEST_F(LoadingTest, IntactCheckpointLoads) {
+  auto m = Model::Load(model_);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ((*m)->spec().layers.size(), 2u);
+}
+
+TEST_F(LoadingTest, MissingTensor) {
+  RewriteTensors(model_, [](std::vector<OwnedTensor>& t) {
+    std::erase_if(t, [](const OwnedTensor& x) { return x.name == "model.layers.1.mlp.up_proj.weight"; });
+  });
+  const std::string e = LoadError(model_);
+  EXPECT_NE(e.find("missing tensor 'model.layers.1.mlp.up_proj.weight'"), std::string::npos) << e;
+  EXPECT_NE(e.find("[160, 64]"), std::string::npos) << e;  // the expected shape
+  EXPECT_NE(e.find(model_), std::string::npos) << e;
+}
+
+TEST_F(LoadingTest, UnexpectedTensor) {
+  RewriteTensors(model_, [](std::vector<OwnedTensor>& t) {
+    t.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", DType::kF32, {8}, std::vector<uint8_t>(32)});
+  });
+  const std::string e = LoadError(model_);
+  EXPECT_NE(e.find("unexpected tensor 'model.layers.0.self_attn.rotary_emb.inv_freq'"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;
+}
+
+TEST_F(LoadingTest, WrongShape) {
+  RewriteTensors(model_, [](std::vector<OwnedTensor>& t) {
+    for (OwnedTensor& x : t)
+      if (x.name == "model.layers.0.self_attn.k_proj.weight") {
+        x.shape = {64, 32};  // expected [32, 64]
+      }
+  });
+  const std::string e = LoadError(model_);
+  EXPECT_NE(e.find("model.layers.0.self_attn.k_proj.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected shape [32, 64], found [64, 32]"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;
+}
+
+TEST_F(LoadingTest, UnsupportedDtype) {
+  // Rewrite the header so one tensor claims dtype I32 (same byte size as F32).
+  const std::string path = model_ + "/model.safetensors";
+  std::string bytes;
+  {
+    std::ifstream f(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  std::string header = bytes.substr(8, n);
+  auto j = nlohmann::json::parse(header);
+  j["model.norm.weight"]["dtype"] = "I32";
+  std::string h2 = j.dump();
+  h2.resize(n, ' ');  // same length: the data offsets stay valid
+  ASSERT_LE(j.dump().size(), n);
+  std::memcpy(bytes.data() + 8, h2.data(), n);
+  std::ofstream(path, std::ios::binary) << bytes;
+  const std::string e = LoadError(model_);
+  EXPECT_NE(e.find("I32"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.norm.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;
+}
+
+TEST_F(LoadingTest, TruncatedFile) {
+  const std::string path = model_ + "/model.safetensors";
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 100);
+  const std::string e = LoadError(model_);
+  EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+}
+
+TEST_F(LoadingTest, MalformedHeader) {
+  const std::string path = model_ + "/model.safetensors";
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(8);
+  f.write("{\"oops", 6);
+  f.close();
+  const std::string e = LoadError(model_);
+  EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;
+}
+
+TEST_F(LoadingTest, UnknownModelType) {
+  EditConfig(model_, [](nlohmann::json& j) { j["model_type"] = "mamba"; });
+  const std::string e = LoadError(model_);
+  EXPECT_NE(e.find("config.json"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown model_type 'mamba'"), std::string::npos) << e;
+  EXPECT_NE(e.find("huginn_raven"), std::string::npos) << e;  // lists the supported ones
+}
+
+TEST_F(LoadingTest, MissingRequiredField) {
+  EditConfig(model_, [](nlohmann::json& j) { j.erase("hidden_size"); });
+  const std::string e = LoadError(model_);
+  EXPECT_NE(e.find("config.json"), std::string::npos) << e;
+  EXPECT_NE(e.find("hidden_size"), std::string::npos) << e;
+}
+
+TEST_F(LoadingTest, WrongFieldType) {
+  EditConfig(model_, [](nlohmann::json& j) { j["num_attention_heads"] = "four"; });
+  const std::string e = LoadError(model_);
+  EXPECT_NE(e.find("num_attention_heads"), std::string::npos) << e;
+}
+
+TEST_F(LoadingTest, UnknownFieldsAreIgnored) {
+  EditConfig(model_, [](nlohmann::json& j) { j["some_future_field"] = {1, 2, 3}; });
+  EXPECT_TRUE(Model::Load(model_).ok());
+}
+
+TEST_F(LoadingTest, RopeScalingIsRefused) {
+  EditConfig(model_, [](nlohmann::json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}}; });
+  const std::string e = LoadError(model_);
+  EXPECT_NE(e.find("rope_scaling"), std::string::npos) << e;
+}
+
+TEST_F(LoadingTest, MissingDirectory) {
+  const std::string e = LoadError(tmp_ / "nope");
+  EXPECT_NE(e.find("nope"), std::string::npos) << e;
+}
+
+TEST(LoadingHuginnTest, StoredLmHeadCopyIsAcceptedAndFreqsCisSkipped) {
+  TempDir tmp;
+  const std::string dir = tmp / "model";
+  testing::MakeTinyModel("huginn", dir, DType::kF32);
+  RewriteTensors(dir, [](std::vector<OwnedTensor>& t) {
+    const OwnedTensor* wte = nullptr;
+    for (const OwnedTensor& x : t)
+      if (x.name == "transformer.wte.weight") wte = &x;
+    OwnedTensor head = *wte;
+    head.name = "lm_head.weight";
+    t.push_back(head);
+    t.push_back({"freqs_cis", DType::kF32, {4, 2}, std::vector<uint8_t>(32)});
+  });
+  auto m = Model::Load(dir);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+}
+
+TEST(LoadingPresetsTest, EveryFamilyAndTinyPresetLoads) {
+  for (const Family& f : AllFamilies()) {
+    TempDir tmp;
+    testing::MakeTinyModel(f.name, tmp / "m", DType::kBF16);
+    auto m = Model::Load(tmp / "m");
+    EXPECT_TRUE(m.ok()) << f.name << ": " << m.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace fathom
