@@ -75,7 +75,8 @@ TEST(CliTest, MakeModelLogitsAndGenerateEndToEnd) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(testing::ReadF32File(dir / "l.f32").size(), 4u * 256u);
 
-  r = Fathom("generate --model " + m + " --prompt-ids 1,2,3 --max-tokens 6 --exit-threshold 0.3 --json");
+  r = Fathom("generate --model " + m +
+             " --prompt-ids 1,2,3 --max-tokens 6 --exit-threshold 0.3 --ignore-eos --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["output_ids"].size(), 6u);
@@ -83,10 +84,10 @@ TEST(CliTest, MakeModelLogitsAndGenerateEndToEnd) {
   EXPECT_TRUE(j.contains("decode_tokens_per_s"));
 
   r = Fathom("generate --model " + m + " --prompt-ids 1,2,3 --max-tokens 5 --temperature 0.8 "
-             "--top-p 0.9 --top-k 20 --seed 5 --json");
+             "--top-p 0.9 --top-k 20 --seed 5 --ignore-eos --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   CommandResult again = Fathom("generate --model " + m + " --prompt-ids 1,2,3 --max-tokens 5 "
-                               "--temperature 0.8 --top-p 0.9 --top-k 20 --seed 5 --json");
+                               "--temperature 0.8 --top-p 0.9 --top-k 20 --seed 5 --ignore-eos --json");
   EXPECT_EQ(nlohmann::json::parse(r.output)["output_ids"],
             nlohmann::json::parse(again.output)["output_ids"]);
 

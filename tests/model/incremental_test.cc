@@ -44,6 +44,10 @@ struct Case {
   int32_t loops;
 };
 
+std::string CaseName(const ::testing::TestParamInfo<Case>& p) {
+  return std::string(p.param.family) + "_loops" + std::to_string(p.param.loops);
+}
+
 class IncrementalTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(IncrementalTest, TokenByTokenAndChunksMatchFullPrompt) {
@@ -64,10 +68,7 @@ TEST_P(IncrementalTest, TokenByTokenAndChunksMatchFullPrompt) {
 INSTANTIATE_TEST_SUITE_P(Families, IncrementalTest,
                          ::testing::Values(Case{"llama", 0}, Case{"qwen2", 0}, Case{"qwen3", 0},
                                            Case{"ouro", 4}, Case{"ouro", 2}, Case{"huginn", 3}),
-                         [](const auto& info) {
-                           return std::string(info.param.family) + "_loops" +
-                                  std::to_string(info.param.loops);
-                         });
+                         CaseName);
 
 class GreedyGenerationTest : public ::testing::TestWithParam<Case> {};
 
@@ -96,17 +97,19 @@ TEST_P(GreedyGenerationTest, EachTokenIsTheReferenceArgmax) {
   for (size_t i = 0; i < res->ids.size(); ++i) {
     const float* row = ref.data() + (kPrompt.size() - 1 + i) * static_cast<size_t>(V);
     const int32_t want = Argmax(row, V);
-    if (res->ids[i] != want)  // only a near-tie may differ
+    if (res->ids[i] != want) {  // only a near-tie may differ
       EXPECT_NEAR(row[res->ids[i]], row[want], 1e-4f * std::abs(row[want])) << "token " << i;
+    }
   }
-  if ((*m)->spec().loop.looped)
+  if ((*m)->spec().loop.looped) {
     for (int32_t d : res->exit_depths) EXPECT_EQ(d, c.loops);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GreedyGenerationTest,
                          ::testing::Values(Case{"llama", 0}, Case{"qwen3", 0}, Case{"ouro", 4},
                                            Case{"huginn", 4}),
-                         [](const auto& info) { return std::string(info.param.family); });
+                         CaseName);
 
 TEST(ExitTest, OuroExitDepthsFollowTheThreshold) {
   TempDir dir;
