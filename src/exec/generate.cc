@@ -3,7 +3,8 @@
 #include <chrono>
 #include <memory>
 
-#include "exec/runner.h"
+#include "exec/kv_setup.h"
+#include "exec/stage_runner.h"
 
 namespace fathom {
 namespace {
@@ -28,6 +29,8 @@ Result<std::unique_ptr<ExitPolicy>> MakePolicy(const ModelSpec& spec, const Gene
         return Status::Error("exit criterion 'hazard' needs an exit gate (Ouro)");
       return std::unique_ptr<ExitPolicy>(std::make_unique<CumulativeHazardExit>(t));
     case ExitCriterion::kLatentDiff:
+      if (spec.loop.exit_signal != ExitSignal::kLatentDiff)
+        return Status::Error("exit criterion 'latent-diff' applies to Huginn-style models");
       return std::unique_ptr<ExitPolicy>(std::make_unique<LatentDiffExit>(t));
     case ExitCriterion::kKl:
       return std::unique_ptr<ExitPolicy>(std::make_unique<KlExit>(t));
@@ -61,55 +64,80 @@ Result<GenerateResult> Generate(const Model& model, const GenerateOptions& opt) 
       return Status::Error("prompt: token " + std::to_string(i) + " has id " +
                            std::to_string(opt.prompt[i]) + ", outside the vocabulary [0, " +
                            std::to_string(spec.vocab) + ")");
-  const int64_t total = static_cast<int64_t>(opt.prompt.size()) + opt.max_tokens;
+  const auto n_prompt = static_cast<int64_t>(opt.prompt.size());
+  const int64_t total = n_prompt + opt.max_tokens;
   if (total > model.rope().max_positions())
-    return Status::Error("prompt (" + std::to_string(opt.prompt.size()) + " tokens) plus max_tokens (" +
+    return Status::Error("prompt (" + std::to_string(n_prompt) + " tokens) plus max_tokens (" +
                          std::to_string(opt.max_tokens) + ") exceeds the model's " +
                          std::to_string(model.rope().max_positions()) + " positions");
   FATHOM_ASSIGN_OR_RETURN(int32_t loops, ResolveLoops(spec, opt.loops));
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<ExitPolicy> policy, MakePolicy(spec, opt));
 
-  Runner runner(model);
-  SequenceKv kv(spec, loops, total);
+  // KV for the whole sequence: every physical layer may hold every position.
+  const int32_t block = 16;
+  FATHOM_ASSIGN_OR_RETURN(KvLayerTable table, KvLayerTable::Build(KvShapeOf(spec, loops),
+                                                                  opt.layout, opt.shared_after));
+  const int64_t blocks = table.num_physical_layers() * ((total + block - 1) / block);
+  FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, loops, opt.layout, opt.shared_after, blocks, block));
+  StageRunner runner(model, *kv, 1);
+  const KvManager::SeqId seq = kv->AddSequence(n_prompt);
+  runner.AddSequence(seq, loops);
   Sampler sampler(opt.seed);
   GenerateResult res;
-  ForwardResult fr;
-  ForwardRequest req;
-  req.loops = loops;
-  req.random_init = opt.init_seed;
 
   // Prefill, chunk by chunk, at full depth.
   const double t0 = Now();
-  const auto n_prompt = static_cast<int64_t>(opt.prompt.size());
+  if (!kv->Grow(seq, n_prompt)) return Status::Error("internal: KV pool too small");
+  PrefillResult pre;
   for (int64_t p = 0; p < n_prompt; p += opt.prefill_chunk) {
-    req.ids = opt.prompt.data() + p;
-    req.n = std::min(opt.prefill_chunk, n_prompt - p);
-    req.pos0 = p;
-    FATHOM_RETURN_IF_ERROR(runner.Forward(kv, req, &fr));
+    PrefillChunk c;
+    c.seq = seq;
+    c.ids = opt.prompt.data() + p;
+    c.pos0 = p;
+    c.n = std::min(opt.prefill_chunk, n_prompt - p);
+    c.loops = loops;
+    c.random_init = opt.init_seed;
+    c.logits = p + c.n == n_prompt ? PrefillChunk::Logits::kLast : PrefillChunk::Logits::kNone;
+    FATHOM_RETURN_IF_ERROR(runner.Prefill({c}, false, &pre));
   }
   res.prefill_seconds = Now() - t0;
 
-  // Decode.
-  req.exit_policy = policy.get();
-  req.compute_kl = policy && policy->needs_kl();
+  // Decode: prelude, core steps until the policy says exit, coda.
   const double t1 = Now();
-  int32_t token = sampler.Sample(fr.logits.data(), spec.vocab, opt.sampling);
+  int32_t token = sampler.Sample(pre.logits.data(), spec.vocab, opt.sampling);
   res.ids.push_back(token);
-  res.exit_depths.push_back(fr.steps_run);
+  res.exit_depths.push_back(loops);
   res.finish_reason = "length";
+  DecodeItem item;
+  item.slot = 0;
+  item.seq = seq;
+  item.random_init = opt.init_seed;
+  item.sampler = &sampler;
+  item.sampling = opt.sampling;
+  CoreStepResult step;
+  CodaResult coda;
   while (static_cast<int32_t>(res.ids.size()) < opt.max_tokens) {
-    if (opt.stop_at_eos && token == spec.eos_id) {
-      res.finish_reason = "stop";
-      break;
+    if (opt.stop_at_eos && token == spec.eos_id) break;
+    item.pos = n_prompt + static_cast<int64_t>(res.ids.size()) - 1;
+    item.token = token;
+    if (!kv->Grow(seq, item.pos + 1)) return Status::Error("internal: KV pool too small");
+    FATHOM_RETURN_IF_ERROR(runner.Prelude({item}));
+    int32_t steps = loops;
+    if (policy) policy->Reset();
+    for (int32_t r = 0; r < loops; ++r) {
+      item.step = r;
+      FATHOM_RETURN_IF_ERROR(runner.CoreStep({item}, policy && policy->needs_kl(), &step));
+      if (policy && policy->ShouldExit(r + 1, step.signals[0]) && r + 1 < loops) {
+        steps = r + 1;
+        break;
+      }
     }
-    req.ids = &token;
-    req.n = 1;
-    req.pos0 = n_prompt + static_cast<int64_t>(res.ids.size()) - 1;
-    FATHOM_RETURN_IF_ERROR(runner.Forward(kv, req, &fr));
+    item.step = steps;
+    FATHOM_RETURN_IF_ERROR(runner.Coda({item}, &coda));
     ++res.decode_steps;
-    token = sampler.Sample(fr.logits.data(), spec.vocab, opt.sampling);
+    token = coda.tokens[0];
     res.ids.push_back(token);
-    res.exit_depths.push_back(fr.steps_run);
+    res.exit_depths.push_back(steps);
   }
   if (opt.stop_at_eos && token == spec.eos_id) res.finish_reason = "stop";
   res.decode_seconds = Now() - t1;

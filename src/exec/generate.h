@@ -1,5 +1,6 @@
 // Single-sequence generation: prefill the prompt (in chunks, every loop step), then decode
-// one token at a time, each leaving the loop where its exit policy says. This is the
+// one token at a time through the stages (prelude, core steps until the exit policy fires,
+// coda) of the StageRunner, each stage over a batch of one. This is the
 // one-request-at-a-time path that batched schedules are checked against.
 #pragma once
 
@@ -10,6 +11,7 @@
 
 #include "core/status.h"
 #include "kernels/sampling.h"
+#include "kv/kv_layout.h"
 #include "model/model.h"
 
 namespace fathom {
@@ -27,6 +29,9 @@ struct GenerateOptions {
   std::optional<uint64_t> init_seed;      // Huginn: random initial state; default zero
   bool stop_at_eos = true;
   int64_t prefill_chunk = 512;
+  // KV layout; last-exited fills the slots an early exit skipped with the token's last state.
+  KvLayout layout = KvLayout::kLastExited;
+  int32_t shared_after = 1;  // first-then-shared: S
 };
 
 struct GenerateResult {

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "exec/generate.h"
-#include "exec/runner.h"
+#include "exec/prompt.h"
 #include "kernels/sampling.h"
 #include "model/test_util.h"
 
@@ -20,23 +20,14 @@ const std::vector<int32_t> kPrompt = {5, 88, 13, 250, 7, 7, 120, 33, 1, 64, 199}
 
 // Logits of every position, feeding the prompt in chunks of `chunk` tokens.
 std::vector<float> ChunkedLogits(const Model& m, const std::vector<int32_t>& ids, int64_t chunk,
-                                 int32_t loops) {
-  Runner runner(m);
-  SequenceKv kv(m.spec(), std::max(loops, 1), static_cast<int64_t>(ids.size()));
-  std::vector<float> all;
-  for (size_t p = 0; p < ids.size(); p += static_cast<size_t>(chunk)) {
-    ForwardRequest req;
-    req.ids = ids.data() + p;
-    req.n = std::min<int64_t>(chunk, static_cast<int64_t>(ids.size() - p));
-    req.pos0 = static_cast<int64_t>(p);
-    req.loops = loops;
-    req.all_logits = true;
-    ForwardResult out;
-    Status s = runner.Forward(kv, req, &out);
-    EXPECT_TRUE(s.ok()) << s.message();
-    all.insert(all.end(), out.logits.begin(), out.logits.end());
-  }
-  return all;
+                                 int32_t loops, std::optional<uint64_t> init = std::nullopt) {
+  PromptOptions opt;
+  opt.loops = loops;
+  opt.chunk = chunk;
+  opt.random_init = init;
+  auto r = RunPrompt(m, ids, opt);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? r->logits : std::vector<float>{};
 }
 
 struct Case {
@@ -150,22 +141,7 @@ TEST(HuginnInitTest, SeededRandomStateIsReproducibleAndDiffersFromZero) {
   auto m = Model::Load(dir / "model");
   ASSERT_TRUE(m.ok());
   auto run = [&](std::optional<uint64_t> seed, int64_t chunk) {
-    Runner runner(**m);
-    SequenceKv kv((*m)->spec(), 2, static_cast<int64_t>(kPrompt.size()));
-    std::vector<float> all;
-    for (size_t p = 0; p < kPrompt.size(); p += static_cast<size_t>(chunk)) {
-      ForwardRequest req;
-      req.ids = kPrompt.data() + p;
-      req.n = std::min<int64_t>(chunk, static_cast<int64_t>(kPrompt.size() - p));
-      req.pos0 = static_cast<int64_t>(p);
-      req.loops = 2;
-      req.random_init = seed;
-      req.all_logits = true;
-      ForwardResult out;
-      EXPECT_TRUE(runner.Forward(kv, req, &out).ok());
-      all.insert(all.end(), out.logits.begin(), out.logits.end());
-    }
-    return all;
+    return ChunkedLogits(**m, kPrompt, chunk, 2, seed);
   };
   const auto zero = run(std::nullopt, 100), a = run(7, 100), b = run(7, 3), c = run(8, 100);
   EXPECT_LE(RelativeError(a, b), 1e-5);  // per-position seeding: chunking does not matter

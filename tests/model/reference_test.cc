@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "exec/exit_policy.h"
-#include "exec/runner.h"
+#include "exec/prompt.h"
 #include "model/test_util.h"
 
 namespace fathom {
@@ -19,18 +19,14 @@ using testing::TempDir;
 const std::vector<int32_t> kPrompt = {1, 17, 42, 200, 3, 99, 7, 150, 64, 5, 255, 0, 31};
 
 struct Fathom {
-  ForwardResult out;
+  PrefillResult out;
   void Run(const Model& m, const std::vector<int32_t>& ids, int32_t loops) {
-    Runner runner(m);
-    SequenceKv kv(m.spec(), std::max(loops, 1), static_cast<int64_t>(ids.size()));
-    ForwardRequest req;
-    req.ids = ids.data();
-    req.n = static_cast<int64_t>(ids.size());
-    req.loops = loops;
-    req.all_logits = true;
-    req.record_signals = true;
-    Status s = runner.Forward(kv, req, &out);
-    ASSERT_TRUE(s.ok()) << s.message();
+    PromptOptions opt;
+    opt.loops = loops;
+    opt.record_signals = true;
+    auto r = RunPrompt(m, ids, opt);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    out = std::move(r).value();
   }
 };
 

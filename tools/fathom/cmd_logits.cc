@@ -3,7 +3,7 @@
 
 #include "commands.h"
 #include "exec/generate.h"
-#include "exec/runner.h"
+#include "exec/prompt.h"
 #include "flags.h"
 
 namespace fathom::cli {
@@ -44,22 +44,14 @@ int RunLogits(const std::vector<std::string>& args) {
   auto model = Model::Load(model_dir);
   if (!model.ok()) return Fail("logits", model.status().message(), 1);
   const ModelSpec& spec = (*model)->spec();
-  auto r = ResolveLoops(spec, static_cast<int32_t>(loops));
-  if (!r.ok()) return Fail("logits", "--" + r.status().message(), 2);
-
-  Runner runner(**model);
-  SequenceKv kv(spec, *r, static_cast<int64_t>(ids->size()));
-  ForwardRequest req;
-  req.ids = ids->data();
-  req.n = static_cast<int64_t>(ids->size());
-  req.loops = *r;
-  req.random_init = *init_seed;
-  req.all_logits = true;
-  ForwardResult out;
-  if (Status s = runner.Forward(kv, req, &out); !s.ok()) return Fail("logits", s.message(), 1);
+  PromptOptions opt;
+  opt.loops = static_cast<int32_t>(loops);
+  opt.random_init = *init_seed;
+  auto out = RunPrompt(**model, *ids, opt);
+  if (!out.ok()) return Fail("logits", out.status().message(), 1);
   std::ofstream f(out_path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(out.logits.data()),
-          static_cast<std::streamsize>(out.logits.size() * sizeof(float)));
+  f.write(reinterpret_cast<const char*>(out->logits.data()),
+          static_cast<std::streamsize>(out->logits.size() * sizeof(float)));
   if (!f) return Fail("logits", "cannot write " + out_path, 1);
   std::printf("wrote %zu x %lld logits to %s\n", ids->size(), static_cast<long long>(spec.vocab),
               out_path.c_str());

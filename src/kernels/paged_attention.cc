@@ -1,0 +1,141 @@
+// Paged attention in f32 with AVX2/FMA. Work unit: one row and one KV head with the query
+// heads that share it. The unit first resolves its key list (segments, block tables, hole
+// masks) into per-thread arrays of K and V row pointers, then runs a two-pass softmax:
+// scores for all keys, exp and sum, then the weighted sum of V.
+#include "kernels/paged_attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/check.h"
+#include "kernels/vec_math.h"
+
+namespace fathom {
+namespace {
+
+struct UnitScratch {
+  std::vector<const float*> k, v;  // key rows of the unit's KV head
+  std::vector<float> p;            // [heads_per_kv, n_keys] scores, then probabilities
+};
+
+UnitScratch& Scratch() {
+  thread_local UnitScratch s;
+  return s;
+}
+
+// Resolves the row's keys into K/V row pointers at KV-head offset `off`; returns the count.
+int64_t GatherKeys(const PagedKvView& kv, const PagedAttentionRow& row, const KeySegment* segs,
+                   int64_t off, UnitScratch& s) {
+  int64_t n = 0;
+  for (int32_t i = row.seg_begin; i < row.seg_end; ++i) n += segs[i].end - segs[i].begin;
+  if (static_cast<int64_t>(s.k.size()) < n) s.k.resize(static_cast<size_t>(n)), s.v.resize(static_cast<size_t>(n));
+  int64_t m = 0;
+  for (int32_t i = row.seg_begin; i < row.seg_end; ++i) {
+    const KeySegment& g = segs[i];
+    for (int64_t p = g.begin; p < g.end; ++p) {
+      if (g.key_steps && g.key_steps[p] <= g.min_step) continue;  // a hole: never written
+      const int64_t at = g.block_table[p / kv.block_size] * kv.block_stride +
+                         (p % kv.block_size) * kv.row_stride + off;
+      s.k[static_cast<size_t>(m)] = kv.k_base + at;
+      s.v[static_cast<size_t>(m)] = kv.v_base + at;
+      ++m;
+    }
+  }
+  return m;
+}
+
+// softmax(scale * q k^T) v for `hp` query heads sharing the gathered keys.
+void AttendGathered(const float* q, int64_t hp, int64_t hd, float scale, int64_t n,
+                    UnitScratch& s, float* out) {
+  std::fill(out, out + hp * hd, 0.f);
+  if (n == 0) return;
+  if (static_cast<int64_t>(s.p.size()) < hp * n) s.p.resize(static_cast<size_t>(hp * n));
+  for (int64_t g = 0; g < hp; ++g) {
+    float* p = s.p.data() + g * n;
+    const float* qg = q + g * hd;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t t = 0; t < n; ++t) {
+      p[t] = internal::Dot(qg, s.k[static_cast<size_t>(t)], hd) * scale;
+      mx = std::max(mx, p[t]);
+    }
+    float sum = 0;
+    for (int64_t t = 0; t < n; ++t) sum += p[t] = internal::ExpScalar(p[t] - mx);
+    const float inv = 1.f / sum;
+    float* o = out + g * hd;
+    for (int64_t t = 0; t < n; ++t) {
+      const float w = p[t] * inv;
+      const float* vt = s.v[static_cast<size_t>(t)];
+      int64_t d = 0;
+      const __m256 wv = _mm256_set1_ps(w);
+      for (; d + 8 <= hd; d += 8)
+        _mm256_storeu_ps(o + d, _mm256_fmadd_ps(wv, _mm256_loadu_ps(vt + d), _mm256_loadu_ps(o + d)));
+      for (; d < hd; ++d) o[d] += w * vt[d];
+    }
+  }
+}
+
+}  // namespace
+
+void PagedAttention(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow* rows,
+                    int64_t n_rows, const KeySegment* segments) {
+  FATHOM_CHECK_MSG(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0,
+                   "n_heads=" << s.n_heads << " n_kv_heads=" << s.n_kv_heads);
+  const int64_t group = s.n_heads / s.n_kv_heads, hd = s.head_dim;
+  const int64_t units = n_rows * s.n_kv_heads;
+  int64_t keys = 0;
+  for (int64_t i = 0; i < n_rows; ++i)
+    for (int32_t j = rows[i].seg_begin; j < rows[i].seg_end; ++j)
+      keys += segments[j].end - segments[j].begin;
+  const bool parallel = keys * s.n_heads * hd >= (int64_t{1} << 16) && units > 1;
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+  for (int64_t u = 0; u < units; ++u) {
+    const int64_t i = u / s.n_kv_heads, kvh = u % s.n_kv_heads;
+    UnitScratch& sc = Scratch();
+    const int64_t n = GatherKeys(kv, rows[i], segments, kvh * hd, sc);
+    AttendGathered(rows[i].q + kvh * group * hd, group, hd, s.scale, n, sc,
+                   rows[i].out + kvh * group * hd);
+  }
+}
+
+void PagedAttentionReference(const AttentionShape& s, const PagedKvView& kv,
+                             const PagedAttentionRow* rows, int64_t n_rows,
+                             const KeySegment* segments) {
+  const int64_t group = s.n_heads / s.n_kv_heads, hd = s.head_dim;
+  for (int64_t i = 0; i < n_rows; ++i) {
+    const PagedAttentionRow& r = rows[i];
+    for (int64_t h = 0; h < s.n_heads; ++h) {
+      const int64_t off = (h / group) * hd;
+      std::vector<const float*> ks, vs;
+      for (int32_t j = r.seg_begin; j < r.seg_end; ++j) {
+        const KeySegment& g = segments[j];
+        for (int64_t p = g.begin; p < g.end; ++p) {
+          if (g.key_steps && g.key_steps[p] <= g.min_step) continue;
+          const int64_t at = g.block_table[p / kv.block_size] * kv.block_stride +
+                             (p % kv.block_size) * kv.row_stride + off;
+          ks.push_back(kv.k_base + at);
+          vs.push_back(kv.v_base + at);
+        }
+      }
+      std::vector<double> sc(ks.size());
+      double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+      for (size_t t = 0; t < ks.size(); ++t) {
+        double dot = 0;
+        for (int64_t d = 0; d < hd; ++d) dot += static_cast<double>(r.q[h * hd + d]) * ks[t][d];
+        sc[t] = dot * s.scale;
+        mx = std::max(mx, sc[t]);
+      }
+      for (double& x : sc) sum += x = std::exp(x - mx);
+      for (int64_t d = 0; d < hd; ++d) {
+        double acc = 0;
+        for (size_t t = 0; t < ks.size(); ++t) acc += sc[t] * vs[t][d];
+        r.out[h * hd + d] = ks.empty() ? 0.f : static_cast<float>(acc / sum);
+      }
+    }
+  }
+}
+
+}  // namespace fathom

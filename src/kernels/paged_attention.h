@@ -1,0 +1,50 @@
+// Attention with per-row KV addressing over a paged KV cache.
+//
+// Every query row carries its own key list: one or more segments, each a range of key
+// positions [begin, end) of one sequence in one physical KV layer, found through that
+// sequence's block table for that layer. So one call serves rows of different sequences,
+// positions and loop depths, under every KV layout (hybrid rows read two segments: prompt
+// keys from their depth slot, decode keys from the shared slot). A segment may mask the
+// keys of tokens that never ran the query's loop step (the depth-indexed layout's holes),
+// so a slot nothing wrote is never read.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention.h"
+
+namespace fathom {
+
+// Where the pool's blocks live: block b's K rows start at k_base + b * block_stride
+// (floats), row t of a block at + t * row_stride; V likewise from v_base.
+struct PagedKvView {
+  const float* k_base = nullptr;
+  const float* v_base = nullptr;
+  int64_t block_stride = 0;
+  int64_t row_stride = 0;  // n_kv_heads * head_dim
+  int32_t block_size = 16;
+};
+
+struct KeySegment {
+  const int32_t* block_table = nullptr;  // position p -> block block_table[p / block_size]
+  int64_t begin = 0, end = 0;            // key positions [begin, end)
+  // Optional hole mask: key p is used only if key_steps[p] > min_step, where key_steps[p]
+  // is the number of loop steps token p ran and min_step the query's 0-based step.
+  const int16_t* key_steps = nullptr;
+  int16_t min_step = 0;
+};
+
+struct PagedAttentionRow {
+  const float* q = nullptr;  // [n_heads, head_dim]
+  float* out = nullptr;      // [n_heads, head_dim]; zeros if no key is visible
+  int32_t seg_begin = 0, seg_end = 0;  // indices into the segment array
+};
+
+void PagedAttention(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow* rows,
+                    int64_t n_rows, const KeySegment* segments);
+// Scalar reference (double math), same contract.
+void PagedAttentionReference(const AttentionShape& s, const PagedKvView& kv,
+                             const PagedAttentionRow* rows, int64_t n_rows,
+                             const KeySegment* segments);
+
+}  // namespace fathom
