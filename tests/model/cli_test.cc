@@ -15,7 +15,7 @@ using testing::TempDir;
 CommandResult Fathom(const std::string& args) { return RunCommand(testing::FathomBinary() + " " + args); }
 
 TEST(CliTest, HelpOnEverySubcommand) {
-  for (const char* cmd : {"make-model", "logits", "generate", "bench decode"}) {
+  for (const char* cmd : {"make-model", "logits", "generate", "bench decode", "bench step-latency"}) {
     CommandResult r = Fathom(std::string(cmd) + " --help");
     EXPECT_EQ(r.exit_code, 0) << cmd << ": " << r.output;
     EXPECT_NE(r.output.find("usage: fathom"), std::string::npos) << cmd << ": " << r.output;
@@ -91,9 +91,16 @@ TEST(CliTest, MakeModelLogitsAndGenerateEndToEnd) {
   EXPECT_EQ(nlohmann::json::parse(r.output)["output_ids"],
             nlohmann::json::parse(again.output)["output_ids"]);
 
-  r = Fathom("bench decode --model " + m + " --prompt 8 --gen 4 --json");
+  r = Fathom("bench decode --model " + m + " --prompt 8 --gen 4 --batch 1,3 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_GT(nlohmann::json::parse(r.output)["decode_tokens_per_s"].get<double>(), 0);
+  auto bench = nlohmann::json::parse(r.output);
+  ASSERT_EQ(bench["results"].size(), 2u);
+  EXPECT_EQ(bench["results"][1]["batch"], 3);
+  EXPECT_GT(bench["results"][1]["decode_tokens_per_s"].get<double>(), 0);
+
+  r = Fathom("bench step-latency --model " + m + " --batch 1,2 --context 8 --reps 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["results"].size(), 2u);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_harness.h"
 #include "commands.h"
 #include "core/bandwidth.h"
 #include "exec/generate.h"
@@ -13,19 +14,24 @@ namespace fathom::cli {
 namespace {
 
 int RunBenchDecode(const std::vector<std::string>& args) {
-  std::string model_dir;
-  int64_t prompt = 128, gen = 128, threads = 2, loops = 0;
+  std::string model_dir, batch_text = "1", layout_name = "depth-indexed";
+  int64_t prompt = 128, gen = 128, threads = 2, loops = 0, prefill_tokens = 512;
   bool json = false;
   FlagSet flags("fathom bench decode",
-                "fathom bench decode --model DIR [--prompt 128 --gen 128 --threads 2] [--loops R] [--json]",
-                "Measures prompt tokens/s and decode tokens/s of one sequence (batch 1, greedy,\n"
-                "every token at full depth), and the decode step's weight bytes per second as a\n"
-                "fraction of the memory bandwidth measured in the same run.");
+                "fathom bench decode --model DIR [--batch 1,4,16,64] [--prompt 128 --gen 128 --threads 2]\n"
+                "                    [--loops R] [--layout NAME] [--json]",
+                "For each batch size B: B sequences of --prompt tokens are prefilled, then decode\n"
+                "--gen tokens each in lockstep (every token at full depth). Reports prompt and\n"
+                "decode tokens/s, and the decode step's weight bytes per second as a fraction of\n"
+                "the memory bandwidth measured in the same run (copy/triad/read loops).");
   flags.String("--model", &model_dir, "Hugging Face model directory");
-  flags.Int("--prompt", &prompt, "prompt tokens (default 128)", 1, 1 << 20);
-  flags.Int("--gen", &gen, "generated tokens (default 128)", 2, 1 << 20);
+  flags.String("--batch", &batch_text, "comma-separated batch sizes (default 1)");
+  flags.Int("--prompt", &prompt, "prompt tokens per sequence (default 128)", 1, 1 << 20);
+  flags.Int("--gen", &gen, "generated tokens per sequence (default 128)", 1, 1 << 20);
   flags.Int("--threads", &threads, "worker threads (default 2)", 1, 1024);
   flags.Int("--loops", &loops, "loop steps of a looped model (default: the model's)", 1, 4096);
+  flags.Int("--prefill-tokens", &prefill_tokens, "tokens per prefill call (default 512)", 1, 1 << 20);
+  flags.String("--layout", &layout_name, "KV layout (default depth-indexed)");
   flags.Bool("--json", &json, "print one JSON object");
   flags.Require("--model");
   if (Status s = flags.Parse(args); !s.ok()) return Fail("bench decode", s.message(), 2);
@@ -33,6 +39,12 @@ int RunBenchDecode(const std::vector<std::string>& args) {
     std::fputs(flags.Help().c_str(), stdout);
     return 0;
   }
+  auto batches = ParseIntList("--batch", batch_text);
+  if (!batches.ok()) return Fail("bench decode", batches.status().message(), 2);
+  for (int64_t b : *batches)
+    if (b < 1 || b > 4096) return Fail("bench decode", "--batch: " + std::to_string(b) + " is outside [1, 4096]", 2);
+  auto layout = ParseKvLayout(layout_name);
+  if (!layout.ok()) return Fail("bench decode", "--layout: " + layout.status().message(), 2);
   omp_set_num_threads(static_cast<int>(threads));
   auto model = Model::Load(model_dir);
   if (!model.ok()) return Fail("bench decode", model.status().message(), 1);
@@ -40,29 +52,32 @@ int RunBenchDecode(const std::vector<std::string>& args) {
   auto r = ResolveLoops(m.spec(), static_cast<int32_t>(loops));
   if (!r.ok()) return Fail("bench decode", "--" + r.status().message(), 2);
 
-  GenerateOptions opt;
-  opt.loops = static_cast<int32_t>(loops);
-  opt.stop_at_eos = false;
-  for (int64_t i = 0; i < prompt; ++i) opt.prompt.push_back(static_cast<int32_t>((i * 7919 + 13) % m.spec().vocab));
-  // Warm up: first-use primitive caches, page faults of the embedding, thread start-up.
-  GenerateOptions warm = opt;
-  warm.prompt.resize(std::min<size_t>(warm.prompt.size(), 16));
-  warm.max_tokens = 4;
-  if (auto w = Generate(m, warm); !w.ok()) return Fail("bench decode", w.status().message(), 1);
-
+  // Warm-up: primitive caches, page faults, thread start-up.
+  if (auto w = RunBatchDecode(m, 1, 16, 4, *r, *layout, prefill_tokens); !w.ok())
+    return Fail("bench decode", w.status().message(), 1);
   const Bandwidth bw_before = MeasureBandwidth();
-  opt.max_tokens = static_cast<int32_t>(gen);
-  auto res = Generate(m, opt);
-  if (!res.ok()) return Fail("bench decode", res.status().message(), 1);
+  std::vector<BatchDecodeResult> results;
+  for (int64_t b : *batches) {
+    auto res = RunBatchDecode(m, static_cast<int32_t>(b), prompt, gen, *r, *layout, prefill_tokens);
+    if (!res.ok()) return Fail("bench decode", res.status().message(), 1);
+    results.push_back(*res);
+  }
   const Bandwidth bw_after = MeasureBandwidth();
   const double bw = std::max(bw_before.best(), bw_after.best());
-
-  const double prompt_tps = static_cast<double>(prompt) / res->prefill_seconds;
-  const double decode_tps = static_cast<double>(res->decode_steps) / res->decode_seconds;
-  const double bytes_per_token = static_cast<double>(
+  const double bytes_per_step = static_cast<double>(
       m.prelude_weight_bytes() + static_cast<size_t>(*r) * m.core_step_weight_bytes() +
       m.coda_weight_bytes());
-  const double weight_gbs = bytes_per_token * decode_tps / 1e9;
+
+  nlohmann::json rows = nlohmann::json::array();
+  for (const BatchDecodeResult& res : results) {
+    const double gbs = bytes_per_step / res.decode_step_s / 1e9;
+    rows.push_back({{"batch", res.batch},
+                    {"prompt_tokens_per_s", res.prompt_tok_s},
+                    {"decode_tokens_per_s", res.decode_tok_s},
+                    {"decode_step_ms", res.decode_step_s * 1e3},
+                    {"weight_gbs", gbs},
+                    {"fraction_of_bandwidth", gbs / bw}});
+  }
   if (json) {
     nlohmann::json j = {{"model", model_dir},
                         {"model_type", m.spec().model_type},
@@ -70,39 +85,98 @@ int RunBenchDecode(const std::vector<std::string>& args) {
                         {"threads", threads},
                         {"prompt_tokens", prompt},
                         {"generated_tokens", gen},
-                        {"prompt_tokens_per_s", prompt_tps},
-                        {"decode_tokens_per_s", decode_tps},
-                        {"weight_bytes_per_token", bytes_per_token},
-                        {"weight_gbs", weight_gbs},
+                        {"layout", std::string(KvLayoutName(*layout))},
+                        {"weight_bytes_per_step", bytes_per_step},
                         {"bandwidth_read_gbs", std::max(bw_before.read_gbs, bw_after.read_gbs)},
                         {"bandwidth_copy_gbs", std::max(bw_before.copy_gbs, bw_after.copy_gbs)},
                         {"bandwidth_triad_gbs", std::max(bw_before.triad_gbs, bw_after.triad_gbs)},
-                        {"fraction_of_bandwidth", weight_gbs / bw}};
+                        {"results", rows}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("model %s (%s), loops %d, %lld threads\n", model_dir.c_str(),
-              m.spec().model_type.c_str(), *r, static_cast<long long>(threads));
-  std::printf("prompt: %lld tokens at %.1f tok/s\n", static_cast<long long>(prompt), prompt_tps);
-  std::printf("decode: %lld tokens at %.2f tok/s\n", static_cast<long long>(res->decode_steps),
-              decode_tps);
-  std::printf("weights per decode token: %.1f MB -> %.1f GB/s\n", bytes_per_token / 1e6, weight_gbs);
-  std::printf("memory bandwidth (best of read/copy/triad, before and after): %.1f GB/s -> %.1f%%\n",
-              bw, 100.0 * weight_gbs / bw);
+  std::printf("model %s (%s), loops %d, %lld threads, prompt %lld, gen %lld, weights %.1f MB per step\n",
+              model_dir.c_str(), m.spec().model_type.c_str(), *r, static_cast<long long>(threads),
+              static_cast<long long>(prompt), static_cast<long long>(gen), bytes_per_step / 1e6);
+  std::printf("memory bandwidth (best of read/copy/triad, before and after): %.1f GB/s\n", bw);
+  std::printf("%6s %12s %12s %12s %10s %8s\n", "batch", "prompt tok/s", "decode tok/s", "step ms",
+              "weight GB/s", "of bw");
+  for (const auto& row : rows)
+    std::printf("%6d %12.1f %12.2f %12.2f %10.1f %7.1f%%\n", row["batch"].get<int>(),
+                row["prompt_tokens_per_s"].get<double>(), row["decode_tokens_per_s"].get<double>(),
+                row["decode_step_ms"].get<double>(), row["weight_gbs"].get<double>(),
+                100 * row["fraction_of_bandwidth"].get<double>());
+  return 0;
+}
+
+int RunBenchStepLatency(const std::vector<std::string>& args) {
+  std::string model_dir, batch_text = "1,2,4,8,16,32,64", ctx_text = "128,512,2048";
+  int64_t threads = 2, reps = 5, kv_gb = 8;
+  bool json = false;
+  FlagSet flags("fathom bench step-latency",
+                "fathom bench step-latency --model DIR [--batch 1,2,4,...,64] [--context 128,512,2048]\n"
+                "                          [--kv-gb 8] [--reps 5] [--threads 2] [--json]",
+                "Latency of one core (loop) step over a batch of decode tokens at each context\n"
+                "length: the median of --reps runs. Configurations whose KV cache (one loop\n"
+                "step's layers, f32) exceeds --kv-gb are skipped and reported as such.");
+  flags.String("--model", &model_dir, "Hugging Face model directory of a looped model");
+  flags.String("--batch", &batch_text, "comma-separated batch sizes");
+  flags.String("--context", &ctx_text, "comma-separated context lengths");
+  flags.Int("--kv-gb", &kv_gb, "KV memory budget in GB (default 8)", 1, 1 << 20);
+  flags.Int("--reps", &reps, "repetitions per configuration (default 5)", 1, 1000);
+  flags.Int("--threads", &threads, "worker threads (default 2)", 1, 1024);
+  flags.Bool("--json", &json, "print one JSON object");
+  flags.Require("--model");
+  if (Status s = flags.Parse(args); !s.ok()) return Fail("bench step-latency", s.message(), 2);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  auto batches = ParseIntList("--batch", batch_text);
+  if (!batches.ok()) return Fail("bench step-latency", batches.status().message(), 2);
+  auto contexts = ParseIntList("--context", ctx_text);
+  if (!contexts.ok()) return Fail("bench step-latency", contexts.status().message(), 2);
+  omp_set_num_threads(static_cast<int>(threads));
+  auto model = Model::Load(model_dir);
+  if (!model.ok()) return Fail("bench step-latency", model.status().message(), 1);
+  nlohmann::json rows = nlohmann::json::array();
+  if (!json) std::printf("%8s %6s %12s %10s\n", "context", "batch", "step ms", "KV GB");
+  for (int64_t c : *contexts)
+    for (int64_t b : *batches) {
+      auto res = MeasureCoreStep(**model, static_cast<int32_t>(b), c,
+                                 static_cast<size_t>(kv_gb) * 1000000000ull, static_cast<int>(reps));
+      if (!res.ok()) return Fail("bench step-latency", res.status().message(), 1);
+      rows.push_back({{"context", c}, {"batch", b}, {"skipped", res->skipped},
+                      {"step_ms", res->seconds * 1e3}, {"kv_gb", res->kv_gb}});
+      if (!json) {
+        if (res->skipped)
+          std::printf("%8lld %6lld %12s %10.1f (over --kv-gb)\n", static_cast<long long>(c),
+                      static_cast<long long>(b), "skipped", res->kv_gb);
+        else
+          std::printf("%8lld %6lld %12.2f %10.2f\n", static_cast<long long>(c),
+                      static_cast<long long>(b), res->seconds * 1e3, res->kv_gb);
+        std::fflush(stdout);
+      }
+    }
+  if (json) {
+    nlohmann::json j = {{"model", model_dir}, {"threads", threads}, {"results", rows}};
+    std::printf("%s\n", j.dump().c_str());
+  }
   return 0;
 }
 
 }  // namespace
 
 int RunBench(const std::vector<std::string>& args) {
+  constexpr const char* kUsage =
+      "usage: fathom bench decode|step-latency [flags]   (fathom bench <name> --help)\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::fputs("usage: fathom bench decode [flags]   (fathom bench decode --help)\n",
-               args.empty() ? stderr : stdout);
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "decode") return RunBenchDecode(rest);
-  return Fail("bench", "unknown benchmark '" + args[0] + "' (known: decode)", 2);
+  if (args[0] == "step-latency") return RunBenchStepLatency(rest);
+  return Fail("bench", "unknown benchmark '" + args[0] + "' (known: decode, step-latency)", 2);
 }
 
 }  // namespace fathom::cli
