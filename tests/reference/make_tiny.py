@@ -4,11 +4,15 @@ r"""Tiny random checkpoints with the exact upstream tensor names, plus the refer
     /usr/bin/python3 tests/reference/make_tiny.py --family {llama,qwen2,qwen3,ouro,huginn} \
         --out DIR [--dtype f32|bf16|f16] [--seed N] [--tied] [--shards N]
     /usr/bin/python3 tests/reference/make_tiny.py --selftest [--work DIR]
+    /usr/bin/python3 tests/reference/make_tiny.py --selftest-layouts [--work DIR]
 
 --selftest makes checkpoints for every family and checks reference.py against an
 independent float64 numpy formulation (per-head, per-position loops, complex-number RoPE
 for Huginn), incremental (KV cache, one token per call) against full-prompt forwards,
-Ouro's pdf sums, the CLI and the on-disk formats.
+Ouro's pdf sums, the CLI and the on-disk formats; it ends with the layout checks.
+--selftest-layouts runs only those: reference.run_layout / --decode-ids (teacher-forced
+decode under a KV layout with scripted exit depths) against NpLayoutDecode, an independent
+float64 formulation, plus relations between layouts and the full forward.
 """
 
 import argparse
@@ -513,6 +517,303 @@ def selftest(work):
     return 0
 
 
+# ----------------------------------------------------------------------------------------
+# Layout self-test (--selftest-layouts): teacher-forced decode under KV layouts with
+# scripted exit depths (reference.run_layout / --decode-ids).
+# ----------------------------------------------------------------------------------------
+
+
+class NpLayoutDecode:
+    """Independent float64 formulation of reference.run_layout.  Instead of slots it keeps
+    every K/V a token ever produced, kv[(layer, t, step)], and states the layout rules as
+    WHICH STEP of an earlier, finished token t (exit depth e_t; prompt tokens e_t = R) a core
+    query at step r reads (None = masked):
+        depth-indexed       r if e_t > r else None
+        last-exited         min(r, e_t - 1)
+        shared              e_t - 1                      (its last state)
+        first-then-shared   r < S-1: as depth-indexed;  r >= S-1: e_t - 1 if e_t >= S else None
+        hybrid              prompt t: r;  decode t: e_t - 1
+    Tokens of the current call (the one-chunk prefill, or the decode token itself) are read
+    at step r under every layout.  Prelude / coda K/V: one per token, read causally."""
+
+    def __init__(self, Wn, cfg, family, R, layout, shared_after, n_prompt):
+        self.W, self.cfg, self.family, self.R = Wn, cfg, family, R
+        self.layout, self.S, self.n_prompt = layout, shared_after, n_prompt
+        self.kv, self.exit = {}, {}
+
+    def step_read(self, t, r):
+        e, S, lay = self.exit[t], self.S, self.layout
+        if lay == "depth-indexed":
+            return r if e > r else None
+        if lay == "last-exited":
+            return min(r, e - 1)
+        if lay == "shared":
+            return e - 1
+        if lay == "first-then-shared":
+            if r < S - 1:
+                return r if e > r else None
+            return e - 1 if e >= S else None
+        return r if t < self.n_prompt else e - 1  # hybrid
+
+    def attention(self, layer, qs, ks, vs, positions, r):
+        """qs[s][h], ks[s][g], vs[s][g]: per-token per-head vectors of this call.
+        r: core step, or None for prelude / coda layers."""
+        for s, t in enumerate(positions):
+            self.kv[(layer, t, r)] = (ks[s], vs[s])
+        H, Hkv, D = len(qs[0]), len(ks[0]), qs[0][0].shape[0]
+        out = np.zeros((len(positions), H * D))
+        for s, pos in enumerate(positions):
+            keys = []
+            for t in range(pos + 1):
+                if t in positions or r is None:
+                    step = r
+                else:
+                    step = self.step_read(t, r)
+                    if step is None:
+                        continue
+                keys.append(self.kv[(layer, t, step)])
+            for h in range(H):
+                g = h // (H // Hkv)
+                sc = np.array([q @ k[g] for q, k in [(qs[s][h], kk) for kk, _ in keys]]) / math.sqrt(D)
+                pr = np.exp(sc - sc.max())
+                pr /= pr.sum()
+                out[s, h * D:(h + 1) * D] = sum(pr[n] * keys[n][1][g] for n in range(len(keys)))
+        return out
+
+    # ---- Ouro
+    def ouro_attn(self, p, xn, positions, r):
+        W, cfg = self.W, self.cfg
+        E, H, Hkv, D = ref.dense_dims(cfg)
+        q, k, v = (xn @ W[p + f"self_attn.{n}_proj.weight"].T for n in "qkv")
+        qs = [[np_rope_half(q[s, h * D:(h + 1) * D], t, cfg["rope_theta"]) for h in range(H)]
+              for s, t in enumerate(positions)]
+        ks = [[np_rope_half(k[s, h * D:(h + 1) * D], t, cfg["rope_theta"]) for h in range(Hkv)]
+              for s, t in enumerate(positions)]
+        vs = [[v[s, h * D:(h + 1) * D] for h in range(Hkv)] for s in range(len(positions))]
+        return self.attention(p, qs, ks, vs, positions, r) @ W[p + "self_attn.o_proj.weight"].T
+
+    def ouro_call(self, ids, positions, steps):
+        W, eps = self.W, self.cfg["rms_norm_eps"]
+        x = W["model.embed_tokens.weight"][ids]
+        lam = []
+        for r in range(steps):
+            for i in range(self.cfg["num_hidden_layers"]):
+                p = f"model.layers.{i}."
+                x = x + np_rms(self.ouro_attn(p, np_rms(x, W[p + "input_layernorm.weight"], eps), positions, r),
+                               W[p + "input_layernorm_2.weight"], eps)
+                x = x + np_rms(np_dense_mlp(W, p, np_rms(x, W[p + "post_attention_layernorm.weight"], eps)),
+                               W[p + "post_attention_layernorm_2.weight"], eps)
+            x = np_rms(x, W["model.norm.weight"], eps)
+            z = x @ W["model.early_exit_gate.weight"][0] + W["model.early_exit_gate.bias"][0]
+            lam.append(1.0 / (1.0 + np.exp(-z)))
+        return np_head(W, x, "model.embed_tokens.weight"), np.array(lam)
+
+    # ---- Huginn
+    def huginn_block(self, p, x, positions, r):
+        W, cfg = self.W, self.cfg
+        E, H, D = ref.huginn_dims(cfg)
+        eps, theta = cfg["norm_eps"], cfg["rope_base"]
+        hn = np_rms(x, W[p + "norm_1.weight"], eps)
+        Wqkv, bias = W[p + "attn.Wqkv.weight"], W[p + "attn.qk_bias"]
+        q, k, v = hn @ Wqkv[:E].T, hn @ Wqkv[E:2 * E].T, hn @ Wqkv[2 * E:].T
+        qs = [[np_rope_complex(q[s, h * D:(h + 1) * D] + bias[0, 0, h], t, theta) for h in range(H)]
+              for s, t in enumerate(positions)]
+        ks = [[np_rope_complex(k[s, h * D:(h + 1) * D] + bias[1, 0, h], t, theta) for h in range(H)]
+              for s, t in enumerate(positions)]
+        vs = [[v[s, h * D:(h + 1) * D] for h in range(H)] for s in range(len(positions))]
+        a = self.attention(p, qs, ks, vs, positions, r) @ W[p + "attn.proj.weight"].T
+        x = np_rms(a + x, W[p + "norm_2.weight"], eps)
+        fc = np_rms(x, W[p + "norm_3.weight"], eps) @ W[p + "mlp.fc.weight"].T
+        I = fc.shape[-1] // 2
+        return np_rms((np_silu(fc[:, :I]) * fc[:, I:]) @ W[p + "mlp.proj.weight"].T + x, W[p + "norm_4.weight"], eps)
+
+    def huginn_call(self, ids, positions, steps):
+        W, cfg = self.W, self.cfg
+        E, eps = cfg["n_embd"], cfg["norm_eps"]
+        e = W["transformer.wte.weight"][ids] * math.sqrt(E)
+        for i in range(cfg["n_layers_in_prelude"]):
+            e = self.huginn_block(f"transformer.prelude.{i}.", e, positions, None)
+        x = np.zeros((len(ids), E))
+        diffs = []
+        for r in range(steps):
+            xn = np.concatenate([x, e], -1) @ W["transformer.adapter.weight"].T
+            for j in range(cfg["n_layers_in_recurrent_block"]):
+                xn = self.huginn_block(f"transformer.core_block.{j}.", xn, positions, r)
+            diffs.append(np.linalg.norm(xn - x, axis=-1) / np.linalg.norm(xn, axis=-1))
+            x = xn
+        y = np_rms(x, W["transformer.ln_f.weight"], eps)
+        for i in range(cfg["n_layers_in_coda"]):
+            y = self.huginn_block(f"transformer.coda.{i}.", y, positions, None)
+        return np_head(W, np_rms(y, W["transformer.ln_f.weight"], eps), "transformer.wte.weight"), np.array(diffs)
+
+    def run(self, prompt, decode, depths):
+        call = self.ouro_call if self.family == "ouro" else self.huginn_call
+        n = len(prompt)
+        pre, _ = call(np.array(prompt), list(range(n)), self.R)
+        for t in range(n):
+            self.exit[t] = self.R
+        dec, sig = [], np.zeros((len(decode), self.R))
+        for i, (tok, e) in enumerate(zip(decode, depths)):
+            lg, s = call(np.array([tok]), [n + i], e)
+            self.exit[n + i] = e
+            dec.append(lg[0])
+            sig[i, :e] = s[:, 0]
+        return pre, np.array(dec), sig
+
+
+def selftest_layouts(work):
+    """Checks of reference.run_layout and the --decode-ids CLI on tiny Ouro and Huginn models."""
+    ck = Checker()
+    py, refpy = sys.executable, os.path.join(HERE, "reference.py")
+    prompt, decode = [3, 17, 200, 5, 99], [42, 7, 11, 250, 64]
+    n_p, n_d = len(prompt), len(decode)
+    P, D = torch.tensor(prompt), torch.tensor(decode)
+    for family, R, early in (("ouro", 4, [4, 1, 3, 2, 4]), ("huginn", 5, [5, 2, 1, 4, 3])):
+        print(f"== layouts: {family} R={R}")
+        d = os.path.join(work, f"layouts-{family}")
+        cfg, T = make(family, d, "f32", seed=11)
+        W, cfg = ref.load_checkpoint(d), ref.load_config(d)
+        Wn = {n: t.double().numpy() for n, t in T.items()}
+        sig_name = "lambda" if family == "ouro" else "latent_diff"
+        full = ref.run(W, cfg, torch.cat([P, D]), loops=R)  # plain full forward over prompt + decode
+        plain = ref.run(W, cfg, P, loops=R)  # what logits.f32 holds for --ids prompt
+        all_r, all_1, ones_then_r = [R] * n_d, [1] * n_d, [1] * (n_d - 1) + [R]
+
+        def lay(layout, depths, S=1):
+            return ref.run_layout(W, cfg, P, D, depths, loops=R, layout=layout, shared_after=S)
+
+        # 1. every layout against the independent float64 formulation
+        cases = [(l, 1) for l in ref.LAYOUTS if l != "first-then-shared"] + \
+                [("first-then-shared", S) for S in sorted({1, 2, R - 1, R})]
+        for layout, S in cases:
+            for name, depths in (("all e=R", all_r), (f"e={early}", early), ("all e=1", all_1)):
+                got = lay(layout, depths, S)
+                npm = NpLayoutDecode(Wn, cfg, family, R, layout, S, n_p)
+                pre, dec, sig = npm.run(prompt, decode, depths)
+                tag = f"{family} {layout}{' S=%d' % S if layout == 'first-then-shared' else ''} {name}"
+                ck.close(f"{tag}: decode logits vs numpy f64", got["decode_logits"], dec, 5e-5)
+                ck.close(f"{tag}: decode signals vs numpy f64", got["decode_signals"], sig, 5e-5)
+                ck.close(f"{tag}: prefill logits vs numpy f64", got["prefill_logits"], pre, 5e-5)
+                ck.true(f"{tag}: prefill logits == plain logits.f32 (bitwise)",
+                        torch.equal(got["prefill_logits"], plain["logits"]))
+
+        # 2. relations between layouts and the full forward
+        for layout in ("depth-indexed", "last-exited"):
+            got = lay(layout, all_r)
+            ck.close(f"{family} {layout} all e=R: decode logits == full forward rows", got["decode_logits"],
+                     full["logits"][n_p:], 1e-5)
+            ck.close(f"{family} {layout} all e=R: prefill logits == full forward rows", got["prefill_logits"],
+                     full["logits"][:n_p], 1e-5)
+            ck.close(f"{family} {layout} all e=R: decode signals == full forward per-step {sig_name}",
+                     got["decode_signals"], full[sig_name][:, n_p:].t(), 1e-5)
+        hy = lay("hybrid", all_r)
+        ck.close(f"{family} hybrid all e=R: first decode token == full forward", hy["decode_logits"][:1],
+                 full["logits"][n_p:n_p + 1], 1e-5)
+        gap = float((hy["decode_logits"][1:] - full["logits"][n_p + 1:]).abs().amax(-1).min())
+        ck.true(f"{family} hybrid all e=R: later decode tokens differ from full forward (read earlier "
+                f"decode tokens' last state)", gap > 1e-3, f"min max-abs diff {gap:.3f}")
+        for name, depths in (("all e=R", all_r), (f"e={early}", early)):
+            di, ft = lay("depth-indexed", depths), lay("first-then-shared", depths, R)
+            ck.close(f"{family} first-then-shared S=R == depth-indexed, {name}", ft["decode_logits"],
+                     di["decode_logits"], 1e-6)
+            ck.close(f"{family} first-then-shared S=R == depth-indexed signals, {name}", ft["decode_signals"],
+                     di["decode_signals"], 1e-6)
+            sh, f1 = lay("shared", depths), lay("first-then-shared", depths, 1)
+            ck.close(f"{family} first-then-shared S=1 == shared, {name}", f1["decode_logits"], sh["decode_logits"], 1e-6)
+        di, le = lay("depth-indexed", early), lay("last-exited", early)
+        diff = (di["decode_logits"] - le["decode_logits"]).abs().amax(-1)
+        ck.true(f"{family} e={early}: last-exited differs from depth-indexed", float(diff.max()) > 1e-3,
+                f"per-token max-abs diff {diff.numpy().round(3).tolist()}")
+        ck.close(f"{family} e={early}: first decode token same in both", le["decode_logits"][0],
+                 di["decode_logits"][0], 1e-6)
+        ck.true(f"{family} e={early}: decode signals zero beyond exit depth",
+                all(float(di["decode_signals"][i, e:].abs().sum()) == 0 for i, e in enumerate(early)))
+        ck.true(f"{family} e={early}: decode signals nonzero up to exit depth",
+                all(bool((di["decode_signals"][i, :e] != 0).all()) for i, e in enumerate(early)))
+        sh = lay("shared", all_r)
+        gap = float((sh["decode_logits"] - full["logits"][n_p:]).abs().amax(-1).min())
+        ck.true(f"{family} shared all e=R differs from full forward (decode reads prompt's last state)",
+                gap > 1e-3, f"min max-abs diff {gap:.3f}")
+        base = lay("depth-indexed", all_1)
+        for layout in ("last-exited", "hybrid"):
+            ck.close(f"{family} all e=1: {layout} == depth-indexed", lay(layout, all_1)["decode_logits"],
+                     base["decode_logits"], 1e-6)
+        ck.close(f"{family} e={ones_then_r}: hybrid == last-exited",
+                 lay("hybrid", ones_then_r)["decode_logits"], lay("last-exited", ones_then_r)["decode_logits"], 1e-6)
+        if family == "ouro":  # a token exiting at k whose predecessors all reached k = full forward's step k
+            k = 2
+            got = lay("depth-indexed", all_r[:-1] + [k])
+            ck.close(f"ouro depth-indexed: last token exiting at {k} == full step_logits[{k - 1}]",
+                     got["decode_logits"][-1], full["step_logits"][k - 1, -1], 1e-5)
+        ps = [lay(l, early, 2)["prefill_logits"] for l in ref.LAYOUTS]
+        ck.true(f"{family} prefill logits identical under every layout (one-chunk prefill)",
+                all(torch.equal(x, ps[0]) for x in ps))
+
+        # 3. the CLI
+        V = cfg["vocab_size"]
+        for layout, S in (("last-exited", None), ("first-then-shared", 2), ("depth-indexed", None)):
+            od = os.path.join(work, f"out-layout-{family}-{layout}")
+            cmd = [py, refpy, "--model", d, "--ids", ",".join(map(str, prompt)), "--loops", str(R),
+                   "--decode-ids", ",".join(map(str, decode)), "--exit-depths", ",".join(map(str, early)),
+                   "--layout", layout, "--out-dir", od]
+            if S is not None:
+                cmd += ["--shared-after", str(S)]
+            subprocess.run(cmd, check=True)
+            meta = json.load(open(os.path.join(od, "meta.json")))
+            files = meta["files"]
+            ck.true(f"{family} cli {layout}: meta shapes",
+                    files["prefill_logits.f32"] == [n_p, V] and files["decode_logits.f32"] == [n_d, V]
+                    and files["decode_signals.f32"] == [n_d, R] and files["logits.f32"] == [n_p, V]
+                    and meta["layout"] == layout and meta["exit_depths"] == early
+                    and meta["decode_ids"] == decode and meta["shared_after"] == S, str(files))
+            want = lay(layout, early, S or 1)
+            ck.close(f"{family} cli {layout}: decode_logits.f32", read_f32(os.path.join(od, "decode_logits.f32"),
+                                                                          (n_d, V)), want["decode_logits"], 0)
+            ck.close(f"{family} cli {layout}: decode_signals.f32", read_f32(os.path.join(od, "decode_signals.f32"),
+                                                                           (n_d, R)), want["decode_signals"], 0)
+            ck.close(f"{family} cli {layout}: logits.f32 unchanged", read_f32(os.path.join(od, "logits.f32"),
+                                                                             (n_p, V)), plain["logits"], 0)
+            ck.close(f"{family} cli {layout}: prefill_logits.f32 == logits.f32",
+                     read_f32(os.path.join(od, "prefill_logits.f32"), (n_p, V)), plain["logits"], 0)
+        base = [py, refpy, "--model", d, "--ids", "1,2", "--loops", str(R), "--out-dir", os.path.join(work, "bad")]
+        for bad, why in ((["--decode-ids", "3,4", "--exit-depths", "1,0"], "exit depth 0"),
+                         (["--decode-ids", "3,4", "--exit-depths", f"1,{R + 1}"], "exit depth > R"),
+                         (["--decode-ids", "3,4", "--exit-depths", "1"], "count mismatch"),
+                         (["--layout", "shared"], "--layout without --decode-ids"),
+                         (["--decode-ids", "3", "--layout", "shared", "--shared-after", "2"], "--shared-after not FTS"),
+                         (["--decode-ids", "3", "--layout", "first-then-shared", "--shared-after", str(R + 1)],
+                          "--shared-after > R")):
+            r = subprocess.run(base + bad, capture_output=True, text=True)
+            ck.true(f"{family} cli rejects {why}", r.returncode != 0, r.stderr.strip().splitlines()[-1][:90]
+                    if r.stderr.strip() else "")
+        if family == "huginn":
+            np.zeros((2, cfg["n_embd"]), dtype="<f4").tofile(os.path.join(work, "x0-2.f32"))
+            r = subprocess.run(base + ["--decode-ids", "3", "--init-state-file", os.path.join(work, "x0-2.f32")],
+                               capture_output=True, text=True)
+            ck.true("huginn cli rejects --init-state-file with --decode-ids", r.returncode != 0)
+
+    print("== layouts: dense (layout and depths ignored)")
+    d = os.path.join(work, "layouts-qwen2")
+    make("qwen2", d, "f32", seed=12)
+    W, cfg = ref.load_checkpoint(d), ref.load_config(d)
+    od = os.path.join(work, "out-layout-qwen2")
+    subprocess.run([py, refpy, "--model", d, "--ids", ",".join(map(str, prompt)), "--decode-ids",
+                    ",".join(map(str, decode)), "--exit-depths", "1,1,1,1,1", "--layout", "shared", "--out-dir", od],
+                   check=True)
+    meta = json.load(open(os.path.join(od, "meta.json")))
+    ck.true("dense cli meta", set(meta["files"]) == {"logits.f32", "prefill_logits.f32", "decode_logits.f32"},
+            str(meta["files"]))
+    full = ref.run(W, cfg, torch.cat([P, D]))
+    ck.close("dense decode_logits == full forward rows", read_f32(os.path.join(od, "decode_logits.f32"), (n_d, 256)),
+             full["logits"][n_p:], 1e-5)
+
+    print(f"\n{ck.count - len(ck.failures)}/{ck.count} layout checks passed")
+    if ck.failures:
+        print("FAILED:", ck.failures)
+        return 1
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", choices=["llama", "qwen2", "qwen3", "ouro", "huginn"])
@@ -521,13 +822,16 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tied", action="store_true", help="tied embeddings: no lm_head.weight tensor")
     ap.add_argument("--shards", type=int, default=1, help="write N shards + model.safetensors.index.json")
-    ap.add_argument("--selftest", action="store_true")
+    ap.add_argument("--selftest", action="store_true", help="all checks (ends with the layout checks)")
+    ap.add_argument("--selftest-layouts", action="store_true",
+                    help="only the KV-layout / scripted-exit decode checks (--decode-ids)")
     ap.add_argument("--work", default=None, help="selftest scratch directory (default: a temp dir, removed)")
     a = ap.parse_args()
-    if a.selftest:
+    if a.selftest or a.selftest_layouts:
         work = a.work or tempfile.mkdtemp(prefix="fathom-ref-")
         try:
-            return selftest(work)
+            rc = selftest(work) if a.selftest else 0
+            return selftest_layouts(work) or rc
         finally:
             if a.work is None:
                 shutil.rmtree(work, ignore_errors=True)

@@ -8,7 +8,10 @@ computed in float32 on the CPU; checkpoint weights (F32 / BF16 / F16) are upcast
     /usr/bin/python3 tests/reference/reference.py --model DIR --ids 1,2,3 \
         [--loops R] [--exit-thresholds 0.2,0.5,0.9] [--init-state zero | --init-state-file F] \
         [--incremental] --out-dir OUT
+        [--decode-ids 5,6,7 [--exit-depths 4,1,2] [--layout NAME] [--shared-after S]]
 
+--decode-ids adds a teacher-forced decode under a KV layout with scripted exit depths
+(prefill_logits.f32, decode_logits.f32, decode_signals.f32; see run_layout / LayoutKV).
 See README.md next to this file for the files written and the upstream sources.
 Shapes in comments: S = tokens in this call, E = hidden size, H = query heads,
 Hkv = key/value heads, D = head dim, V = vocab size, R = loop steps.
@@ -160,6 +163,89 @@ def causal_attention(q, k, v, start):
 
 
 # ----------------------------------------------------------------------------------------
+# KV layouts with scripted exits (--decode-ids mode; DESIGN.md section 3).
+# ----------------------------------------------------------------------------------------
+
+LAYOUTS = ("depth-indexed", "last-exited", "shared", "first-then-shared", "hybrid")
+
+
+class LayoutKV:
+    """Explicit KV store for one sequence under a KV layout, with per-token exit depths.
+
+    store[physical slot][position] = (k [Hkv, D], v [Hkv, D]); a position absent from a slot
+    was never written there and is masked (excluded from the softmax), never read.
+
+    The forwards pass a LOGICAL slot: ("prelude", i), ("coda", i) or ("core", j, r) for
+    core layer j at 0-based loop step r (Ouro: every layer is a core layer).  The KV of
+    position t for a logical slot lives in physical(logical, phase of t), phase being
+    "prompt" (t < n_prompt) or "decode".  Core slots by layout:
+      depth-indexed      ("core", j, r)
+      last-exited        ("core", j, r); exit(t, e < R) copies step e-1 into steps e..R-1
+      shared             ("core", j, 0)
+      first-then-shared  ("core", j, min(r, S-1))
+      hybrid             prompt positions ("core", j, r); decode positions ("core", j, "decode")
+    Prelude and coda slots are the logical slot itself (one per layer)."""
+
+    def __init__(self, layout, loops, n_core, n_prompt, shared_after=1):
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown KV layout {layout!r} (one of {', '.join(LAYOUTS)})")
+        if not 1 <= shared_after <= loops:
+            raise ValueError(f"shared_after {shared_after} outside [1, {loops}]")
+        self.layout, self.loops, self.n_core = layout, loops, n_core
+        self.n_prompt, self.shared_after = n_prompt, shared_after
+        self.store = {}
+
+    def phase_of(self, pos):
+        return "prompt" if pos < self.n_prompt else "decode"
+
+    def physical(self, logical, phase):
+        if logical[0] != "core":
+            return logical
+        _, j, r = logical
+        if self.layout in ("depth-indexed", "last-exited"):
+            return ("core", j, r)
+        if self.layout == "shared":
+            return ("core", j, 0)
+        if self.layout == "first-then-shared":
+            return ("core", j, min(r, self.shared_after - 1))
+        return ("core", j, r) if phase == "prompt" else ("core", j, "decode")  # hybrid
+
+    def attend(self, logical, q, k, v, positions):
+        """Write this call's k/v (all tokens of the call, before anyone attends), then
+        softmax attention of each query over the written keys at positions <= its own.
+        q: [S, H, D], k/v: [S, Hkv, D], positions: [S].  Returns [S, H*D]."""
+        pos = positions.tolist()
+        for s, t in enumerate(pos):
+            self.store.setdefault(self.physical(logical, self.phase_of(t)), {})[t] = (k[s], v[s])
+        T = max(pos) + 1
+        Ks, Vs, written = [], [], []
+        for t in range(T):
+            entry = self.store.get(self.physical(logical, self.phase_of(t)), {}).get(t)
+            written.append(entry is not None)
+            Ks.append(entry[0] if entry is not None else torch.zeros_like(k[0]))  # masked below
+            Vs.append(entry[1] if entry is not None else torch.zeros_like(v[0]))
+        K, V = torch.stack(Ks), torch.stack(Vs)  # [T, Hkv, D]
+        S, H, D = q.shape
+        K = K.repeat_interleave(H // K.shape[1], dim=1)
+        V = V.repeat_interleave(H // V.shape[1], dim=1)
+        scores = torch.einsum("shd,thd->hst", q, K) / math.sqrt(D)  # [H, S, T]
+        allowed = torch.tensor(written)[None, :] & (torch.arange(T)[None, :] <= positions[:, None])  # [S, T]
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        return torch.einsum("hst,thd->shd", probs, V).reshape(S, H * D)
+
+    def exit(self, pos, steps):
+        """Token at `pos` left the loop after `steps` steps.  last-exited: copy its step
+        steps-1 core KV into the deeper depth slots it skipped."""
+        if self.layout != "last-exited" or steps >= self.loops:
+            return
+        for j in range(self.n_core):
+            last = self.store[("core", j, steps - 1)][pos]
+            for r in range(steps, self.loops):
+                self.store.setdefault(("core", j, r), {})[pos] = last
+
+
+# ----------------------------------------------------------------------------------------
 # Configs.
 # ----------------------------------------------------------------------------------------
 
@@ -223,8 +309,11 @@ def dense_attention(W, cfg, p, x, positions, cache, slot, start):
         k = rms_norm(k, W[p + "self_attn.k_norm.weight"], eps)
     q = rope_neox(q, positions, theta)
     k = rope_neox(k, positions, theta)
-    K, V = kv_store(cache, slot, k, v, start)
-    y = causal_attention(q, K, V, start)  # [S, H*D]
+    if isinstance(cache, LayoutKV):  # --decode-ids mode: explicit per-(layer, slot) KV
+        y = cache.attend(slot, q, k, v, positions)
+    else:
+        K, V = kv_store(cache, slot, k, v, start)
+        y = causal_attention(q, K, V, start)  # [S, H*D]
     return linear(y, W[p + "self_attn.o_proj.weight"], W.get(p + "self_attn.o_proj.bias"))
 
 
@@ -355,6 +444,8 @@ def huginn_attention(W, cfg, p, x, positions, cache, slot, start):
     theta = float(cfg.get("rope_base", 50000.0))
     q = rope_interleaved(q, positions, theta)
     k = rope_interleaved(k, positions, theta)
+    if isinstance(cache, LayoutKV):  # --decode-ids mode: explicit per-(layer, slot) KV
+        return linear(cache.attend(slot, q, k, v, positions), W[p + "attn.proj.weight"])
     K, V = kv_store(cache, slot, k, v, start)
     return linear(causal_attention(q, K, V, start), W[p + "attn.proj.weight"])
 
@@ -421,6 +512,105 @@ def huginn_forward(W, cfg, ids, start, cache, loops, x0):
         kls.append((prev_logp.exp() * (prev_logp - logp)).sum(-1))
         prev_logp = logp
     return {"logits": logits, "latent_diff": torch.stack(diffs), "kl": torch.stack(kls)}
+
+
+# ----------------------------------------------------------------------------------------
+# Teacher-forced decode under a KV layout with scripted exit depths (--decode-ids mode).
+# ----------------------------------------------------------------------------------------
+
+
+def ouro_layout_call(W, cfg, ids, start, kv, steps):
+    """Ouro tokens ids ([S], positions start..start+S-1) running exactly `steps` loop steps
+    through the LayoutKV kv (logical core slot ("core", layer, t)).
+    Returns logits lm_head(h_steps) [S, V] and lambda [steps, S]."""
+    check_plain_rope(cfg)
+    if any(t == "sliding_attention" for t in cfg.get("layer_types") or []):
+        raise NotImplementedError("sliding-window layers")
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    positions = torch.arange(start, start + ids.shape[0])
+    h = W["model.embed_tokens.weight"][ids]
+    lambdas = []
+    for t in range(steps):
+        for i in range(cfg["num_hidden_layers"]):
+            h = ouro_layer(W, cfg, i, h, positions, kv, ("core", i, t), start)
+        h = rms_norm(h, W["model.norm.weight"], eps)
+        gate = linear(h, W["model.early_exit_gate.weight"], W.get("model.early_exit_gate.bias"))
+        lambdas.append(torch.sigmoid(gate[:, 0]))
+    return linear(h, lm_head_weight(W, "lm_head.weight", "model.embed_tokens.weight")), torch.stack(lambdas)
+
+
+def huginn_layout_call(W, cfg, ids, start, kv, steps):
+    """Huginn tokens ids running exactly `steps` core steps from a zero state through the
+    LayoutKV kv: prelude (logical slots ("prelude", i)), `steps` x [adapter, core blocks
+    ("core", j, r)], then ONCE ln_f, coda (("coda", i), written once per token), ln_f, head.
+    Returns logits [S, V] and latent_diff [steps, S] (||x_r - x_{r-1}|| / ||x_r||)."""
+    E, H, D = huginn_dims(cfg)
+    if cfg.get("test_time_noise", 0) not in (0, None):
+        raise NotImplementedError("test_time_noise")
+    if cfg.get("injection_type", "linear") != "linear":
+        raise NotImplementedError(f"injection_type {cfg['injection_type']!r}")
+    P = cfg.get("n_layers_in_prelude", 2)
+    C = cfg.get("n_layers_in_recurrent_block", 4)
+    K = cfg.get("n_layers_in_coda", 2)
+    eps = cfg.get("norm_eps", 1e-6)
+    positions = torch.arange(start, start + ids.shape[0])
+    if start + ids.shape[0] > cfg.get("block_size", 4096):
+        raise ValueError("sequence longer than block_size (upstream freqs_cis has block_size rows)")
+    e = W["transformer.wte.weight"][ids] * math.sqrt(E)
+    for i in range(P):
+        e = huginn_block(W, cfg, f"transformer.prelude.{i}.", e, positions, kv, ("prelude", i), start)
+    x = torch.zeros(ids.shape[0], E)  # --init-state zero
+    diffs = []
+    for r in range(steps):
+        x_prev = x
+        x = linear(torch.cat([x_prev, e], dim=-1), W["transformer.adapter.weight"], W.get("transformer.adapter.bias"))
+        for j in range(C):
+            x = huginn_block(W, cfg, f"transformer.core_block.{j}.", x, positions, kv, ("core", j, r), start)
+        diffs.append((x - x_prev).norm(dim=-1) / x.norm(dim=-1))
+    y = rms_norm(x, W["transformer.ln_f.weight"], eps)
+    for i in range(K):
+        y = huginn_block(W, cfg, f"transformer.coda.{i}.", y, positions, kv, ("coda", i), start)
+    logits = linear(rms_norm(y, W["transformer.ln_f.weight"], eps), lm_head_weight(W, "lm_head.weight", "transformer.wte.weight"))
+    return logits, torch.stack(diffs)
+
+
+def run_layout(W, cfg, prompt_ids, decode_ids, exit_depths=None, loops=None, layout="depth-indexed",
+               shared_after=1):
+    """Prefill prompt_ids ([n_prompt] long) as ONE chunk, every token running all R loop
+    steps, then feed decode_ids ([n_decode] long, teacher forcing) one token per call, decode
+    token i running exactly exit_depths[i] steps (default R), all under KV layout `layout`.
+    Returns prefill_logits [n_prompt, V], decode_logits [n_decode, V] and, for looped
+    families, decode_signals [n_decode, R] (Ouro lambda / Huginn latent diff of each step
+    the token ran; zeros beyond its exit depth).  Dense families ignore layout and depths
+    (plain KV cache) and return no signals."""
+    fam = family_of(cfg)
+    n_prompt, n_decode = int(prompt_ids.numel()), int(decode_ids.numel())
+    if fam == "dense":
+        cache = {}
+        pre = dense_forward(W, cfg, prompt_ids, 0, cache)["logits"]
+        dec = [dense_forward(W, cfg, decode_ids[i : i + 1], n_prompt + i, cache)["logits"] for i in range(n_decode)]
+        return {"prefill_logits": pre, "decode_logits": torch.cat(dec, 0) if dec else pre[:0]}
+    R = default_loops(cfg) if loops is None else loops
+    depths = [R] * n_decode if exit_depths is None else [int(e) for e in exit_depths]
+    if len(depths) != n_decode:
+        raise ValueError(f"{len(depths)} exit depths for {n_decode} decode tokens")
+    for e in depths:
+        if not 1 <= e <= R:
+            raise ValueError(f"exit depth {e} outside [1, {R}]")
+    if fam == "ouro":
+        n_core, call = cfg["num_hidden_layers"], ouro_layout_call
+    else:
+        n_core, call = cfg.get("n_layers_in_recurrent_block", 4), huginn_layout_call
+    kv = LayoutKV(layout, R, n_core, n_prompt, shared_after)
+    pre, _ = call(W, cfg, prompt_ids, 0, kv, R)
+    logits, signals = [], torch.zeros(n_decode, R)
+    for i, e in enumerate(depths):
+        lg, sig = call(W, cfg, decode_ids[i : i + 1], n_prompt + i, kv, e)
+        kv.exit(n_prompt + i, e)
+        logits.append(lg)
+        signals[i, :e] = sig[:, 0]
+    return {"prefill_logits": pre, "decode_logits": torch.cat(logits, 0) if logits else pre[:0],
+            "decode_signals": signals}
 
 
 # ----------------------------------------------------------------------------------------
@@ -493,7 +683,21 @@ def main(argv=None):
     ap.add_argument("--init-state-file", default=None, help="Huginn: f32 [n_tokens, n_embd] initial state")
     ap.add_argument("--incremental", action="store_true",
                     help="token-by-token forward through the KV cache instead of one full-prompt forward")
+    ap.add_argument("--decode-ids", default=None,
+                    help="comma-separated ids fed one at a time after a one-chunk prefill of --ids "
+                         "(teacher forcing); writes prefill_logits.f32, decode_logits.f32, decode_signals.f32")
+    ap.add_argument("--exit-depths", default=None,
+                    help="with --decode-ids: loop steps each decode token runs, 1..R (default all R)")
+    ap.add_argument("--layout", default=None, choices=list(LAYOUTS),
+                    help="with --decode-ids: KV layout (default depth-indexed)")
+    ap.add_argument("--shared-after", type=int, default=None,
+                    help="with --layout first-then-shared: S, core slot min(r, S-1) (default 1)")
     args = ap.parse_args(argv)
+    if args.decode_ids is None and (args.exit_depths is not None or args.layout is not None
+                                    or args.shared_after is not None):
+        raise SystemExit("--exit-depths, --layout and --shared-after need --decode-ids")
+    if args.shared_after is not None and args.layout != "first-then-shared":
+        raise SystemExit("--shared-after applies only to --layout first-then-shared")
 
     cfg = load_config(args.model)
     fam = family_of(cfg)
@@ -512,6 +716,27 @@ def main(argv=None):
         if raw.numel() != ids.numel() * E:
             raise SystemExit(f"--init-state-file has {raw.numel()} floats, expected {ids.numel()}x{E}")
         init_state = raw.view(ids.numel(), E)
+
+    decode = None
+    if args.decode_ids is not None:
+        dec_ids = torch.tensor([int(t) for t in args.decode_ids.split(",") if t.strip() != ""], dtype=torch.long)
+        if dec_ids.numel() == 0:
+            raise SystemExit("--decode-ids is empty")
+        if args.init_state_file:
+            raise SystemExit("--decode-ids supports only --init-state zero (not --init-state-file)")
+        depths = None
+        if args.exit_depths is not None:
+            depths = [int(t) for t in args.exit_depths.split(",") if t.strip() != ""]
+            if len(depths) != dec_ids.numel():
+                raise SystemExit(f"--exit-depths has {len(depths)} values for {dec_ids.numel()} decode ids")
+            if fam != "dense" and any(not 1 <= e <= loops for e in depths):
+                raise SystemExit(f"--exit-depths values must be in [1, {loops}]")
+        layout = args.layout or "depth-indexed"
+        shared_after = 1 if args.shared_after is None else args.shared_after
+        if fam != "dense" and layout == "first-then-shared" and not 1 <= shared_after <= loops:
+            raise SystemExit(f"--shared-after must be in [1, {loops}]")
+        decode = run_layout(W, cfg, ids, dec_ids, exit_depths=depths if fam != "dense" else None,
+                            loops=loops if fam != "dense" else None, layout=layout, shared_after=shared_after)
 
     res = run(W, cfg, ids, loops=loops if fam != "dense" else None, init_state=init_state,
               incremental=args.incremental)
@@ -533,6 +758,16 @@ def main(argv=None):
         meta["init_state"] = "file:" + args.init_state_file if args.init_state_file else args.init_state
         write_f32(args.out_dir, "huginn_latent_diff.f32", res["latent_diff"], meta)
         write_f32(args.out_dir, "huginn_kl.f32", res["kl"], meta)
+    if decode is not None:
+        meta.update({"decode_ids": dec_ids.tolist(), "n_decode": int(dec_ids.numel()),
+                     "exit_depths": depths if depths is not None else ([loops] * int(dec_ids.numel())
+                                                                       if fam != "dense" else None),
+                     "layout": layout, "shared_after": shared_after if layout == "first-then-shared" else None,
+                     "prefill": "one chunk", "depths_ignored": fam == "dense"})
+        write_f32(args.out_dir, "prefill_logits.f32", decode["prefill_logits"], meta)
+        write_f32(args.out_dir, "decode_logits.f32", decode["decode_logits"], meta)
+        if "decode_signals" in decode:
+            write_f32(args.out_dir, "decode_signals.f32", decode["decode_signals"], meta)
     with open(os.path.join(args.out_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     return 0
