@@ -32,6 +32,9 @@ class Linear {
   int64_t in_features() const;   // K
   int64_t out_features() const;  // N (sum of the parts)
   DType weight_dtype() const;
+  // What the matmul runs in: kBF16 for bf16 weights (x is rounded to bf16 per call) where
+  // the CPU supports it, else kF32 (f16 weights always, bf16 on CPUs without AVX-512).
+  DType compute_dtype() const;
   size_t weight_bytes() const;   // bytes of W streamed by one Forward
 
   // x: [m, K] f32 row-major; y: [m, N] f32 row-major. Not reentrant (one caller at a time);

@@ -22,13 +22,15 @@ class Sampler {
 
  private:
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> scratch_;
+  std::vector<std::pair<float, int32_t>> scratch_;  // (logit, id) candidates
+  std::vector<double> weights_;                     // their unnormalized probabilities
 };
 
 int32_t Argmax(const float* x, int64_t n);
 
 // Reference: the probabilities the sampler draws from after temperature, top-k and top-p
 // (sorted by probability, ties by id; renormalized), in double. For tests.
+// Indexed by token id: [vocab], 0 for filtered-out tokens; greedy gives a one-hot vector.
 std::vector<double> SamplingDistributionReference(const float* logits, int64_t vocab,
                                                   const SamplingParams& p);
 

@@ -1,0 +1,34 @@
+// Private to kernels/: a small-M bf16 GEMV over oneDNN's prepacked weight layout.
+//
+// Why: at M = 1 a Linear is a pure weight stream. oneDNN 2.6's AMX brgemm reaches about 80%
+// of the machine's read bandwidth there; this AVX512-BF16 loop with software prefetch reaches
+// ~100%. At M = 2 it ties oneDNN on cold weights (and is ~25% faster on weights in L3); from
+// M = 3 oneDNN is faster, so kGemvMaxRows = 2 (measured on a 2-core Sapphire Rapids VM).
+// It reads the very buffer oneDNN packed (no second copy of W) and is only used when the
+// CPU has AVX512_BF16 (runtime check) and the layout is the one below.
+//
+// Layout (oneDNN "BA16a64b2a" for a [K, N] weights tensor): N in blocks of 64 columns; each
+// block is contiguous, Kp * 64 bf16 ([Kp/2][64][2]: for k pair p, column c, element k&1),
+// Kp = K rounded up to 32 (zero padded), blocks at stride Kp * 64.
+#pragma once
+
+#include <cstdint>
+
+namespace fathom::internal {
+
+inline constexpr int64_t kGemvMaxRows = 2;  // largest M the GEMV handles
+
+// True when this CPU (and OS) support AVX512F/BW and AVX512_BF16.
+bool CpuHasAvx512Bf16();
+
+// A switch for tests and benchmarks, so they can run the oneDNN path at small M too.
+bool GemvEnabled();
+void SetGemvEnabledForTesting(bool enabled);
+
+// y[m, n] = x[m, :Kp] · W^T (+ bias). x: bf16 rows at stride x_stride (>= kp), zero from K
+// to kp. w: packed as above with kp (multiple of 32) rows of K. 1 <= m <= kGemvMaxRows.
+// Parallel over N blocks with OpenMP when the stream is large enough to pay for it.
+void GemvBf16Packed(const uint16_t* w, int64_t kp, int64_t n, const uint16_t* x, int64_t m,
+                    int64_t x_stride, const float* bias, float* y);
+
+}  // namespace fathom::internal

@@ -1,0 +1,372 @@
+// Linear on oneDNN's matmul primitive with weights prepacked once into oneDNN's blocked layout.
+//
+// oneDNN's matmul is src[M, K] · weights[K, N] -> dst[M, N]; a Hugging Face weight W[N, K]
+// row-major is exactly weights[K, N] in format `ba`, so no transpose is needed on our side.
+// Compute types (oneDNN 2.6 on this CPU has no f16 matmul):
+//   bf16 W: x is rounded to bf16 per call, bf16 x bf16 -> f32 (AMX / AVX512_BF16); on CPUs
+//           without AVX-512 oneDNN 2.6 has no bf16 matmul, and W is converted to f32 instead.
+//   f16 W:  converted to f32 at Create (exact), then f32 matmul.
+//   f32 W:  f32 matmul with fpmath mode `strict` (no silent down-conversion).
+// Primitives depend on M, so they are created on first use per M (up to kMaxChunkRows; larger
+// M is split into chunks) against the one packed layout chosen at Create. At M <= 2 with
+// bf16 weights the AVX512-BF16 GEMV in gemv_bf16.cc streams the same packed buffer faster.
+#include "kernels/matmul.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+
+#include "core/check.h"
+#include "kernels/gemv_bf16.h"
+
+namespace fathom {
+namespace {
+
+using dnnl::memory;
+using mdt = memory::data_type;
+using mtag = memory::format_tag;
+
+// Larger M is processed in chunks of this many rows: keeps the per-M primitive cache bounded
+// and costs nothing measurable (at M >= 256 the matmul is compute-bound; re-streaming the
+// weights once per 512 rows is hidden).
+constexpr int64_t kMaxChunkRows = 512;
+// M used to ask oneDNN for its preferred weights layout (the same layout for all M on this
+// CPU in oneDNN 2.6; other M are created against it explicitly).
+constexpr int64_t kLayoutProbeRows = 256;
+
+dnnl::engine& CpuEngine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// CPU streams execute synchronously in the calling thread; one per thread keeps Linears that
+// run on different threads independent.
+dnnl::stream& ThreadStream() {
+  thread_local dnnl::stream stream(CpuEngine());
+  return stream;
+}
+
+// A grow-only, 64-byte aligned buffer. Used thread_local: Forward is synchronous, so all
+// Linears on one thread can share it, and the steady state allocates nothing.
+class GrowBuffer {
+ public:
+  void* Get(size_t bytes) {
+    if (bytes > size_) {
+      const size_t rounded = (bytes + 63) / 64 * 64;
+      ptr_.reset(std::aligned_alloc(64, rounded));
+      FATHOM_CHECK_MSG(ptr_ != nullptr, "allocating " << rounded << " bytes");
+      size_ = rounded;
+    }
+    return ptr_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<void, Free> ptr_;
+  size_t size_ = 0;
+};
+
+GrowBuffer& ThreadXBuffer() {  // x rounded to bf16
+  thread_local GrowBuffer buffer;
+  return buffer;
+}
+GrowBuffer& ThreadScratchpad() {  // oneDNN's user-mode scratchpad
+  thread_local GrowBuffer buffer;
+  return buffer;
+}
+
+// 16 floats -> 16 bf16, round to nearest even, NaN kept quiet (as F32ToBF16 in core/dtype.h).
+inline __m256i RoundToBf16x8(__m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+  const __m256i abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+  const __m256i is_nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));
+  const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x00400000));
+  return _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, is_nan), 16);
+}
+
+// x: [rows, k] f32 -> dst: [rows, dst_stride] bf16, columns k..dst_stride-1 zeroed.
+void ConvertRowsToBf16(const float* x, int64_t rows, int64_t k, uint16_t* dst, int64_t dst_stride) {
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * k >= (int64_t{1} << 18))
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = x + r * k;
+    uint16_t* out = dst + r * dst_stride;
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+      const __m256i lo = RoundToBf16x8(_mm256_loadu_ps(src + i));
+      const __m256i hi = RoundToBf16x8(_mm256_loadu_ps(src + i + 8));
+      // packus works per 128-bit lane: (lo0 hi0 lo1 hi1) -> reorder quadwords to lo hi.
+      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), packed);
+    }
+    for (; i < k; ++i) out[i] = F32ToBF16(src[i]);
+    for (; i < dst_stride; ++i) out[i] = 0;
+  }
+}
+
+// True when `md` is oneDNN's BA16a64b2a layout that GemvBf16Packed reads.
+bool IsGemvLayout(const memory::desc& md) {
+  const dnnl_memory_desc_t& c = md.data;
+  if (c.ndims != 2 || c.format_kind != dnnl_blocked || c.offset0 != 0) return false;
+  const auto& b = c.format_desc.blocking;
+  const int64_t kp = c.padded_dims[0];
+  return b.inner_nblks == 3 && b.inner_blks[0] == 16 && b.inner_idxs[0] == 0 &&
+         b.inner_blks[1] == 64 && b.inner_idxs[1] == 1 && b.inner_blks[2] == 2 &&
+         b.inner_idxs[2] == 0 && kp % 32 == 0 && b.strides[0] == 32 * 64 && b.strides[1] == kp * 64;
+}
+
+}  // namespace
+
+// One oneDNN matmul for one M, with memory objects whose data handles are set per call and
+// a prebuilt C argument array (the C++ execute() would build a vector and a map per call).
+struct LinearPrim {
+  dnnl::matmul matmul;
+  memory src, dst, scratch;
+  size_t scratch_bytes = 0;
+  std::array<dnnl_exec_arg_t, 5> args{};
+  int num_args = 0;
+};
+
+struct Linear::Impl {
+  int64_t k = 0, n = 0;
+  DType dtype = DType::kF32;  // of the checkpoint
+  mdt compute = mdt::f32;     // of src and weights in the matmul
+  memory::desc packed_md;     // weights [K, N] in oneDNN's layout
+  memory weights;             // packed weights, owned (allocated by oneDNN)
+  memory bias;                // f32 [1, N]; empty when no part has a bias
+  bool use_gemv = false;      // bf16 weights in IsGemvLayout and a CPU with AVX512_BF16
+  mutable std::vector<std::unique_ptr<LinearPrim>> prims;  // [kMaxChunkRows + 1], by M
+
+  void SetBias(const std::vector<TensorView>& parts, const std::vector<const TensorView*>& biases);
+  void Prepack(const std::vector<TensorView>& parts);
+  dnnl::matmul::primitive_desc MakePd(int64_t m, const memory::desc& w_md) const;
+  LinearPrim& Prim(int64_t m) const;
+  void RunOneDnn(const float* x, int64_t m, float* y) const;
+  void RunGemv(const float* x, int64_t m, float* y) const;
+};
+
+dnnl::matmul::primitive_desc Linear::Impl::MakePd(int64_t m, const memory::desc& w_md) const {
+  const memory::desc src({m, k}, compute, mtag::ab);
+  const memory::desc dst({m, n}, mdt::f32, mtag::ab);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (compute == mdt::f32) attr.set_fpmath_mode(dnnl::fpmath_mode::strict);
+  const auto desc = bias ? dnnl::matmul::desc(src, w_md, bias.get_desc(), dst)
+                         : dnnl::matmul::desc(src, w_md, dst);
+  return dnnl::matmul::primitive_desc(desc, attr, CpuEngine());
+}
+
+LinearPrim& Linear::Impl::Prim(int64_t m) const {
+  std::unique_ptr<LinearPrim>& slot = prims[static_cast<size_t>(m)];
+  if (slot) return *slot;
+  auto p = std::make_unique<LinearPrim>();
+  try {
+    const auto pd = MakePd(m, packed_md);
+    p->matmul = dnnl::matmul(pd);
+    p->src = memory(pd.src_desc(), CpuEngine(), DNNL_MEMORY_NONE);
+    p->dst = memory(pd.dst_desc(), CpuEngine(), DNNL_MEMORY_NONE);
+    p->scratch_bytes = pd.scratchpad_desc().get_size();
+    p->scratch = memory(pd.scratchpad_desc(), CpuEngine(), DNNL_MEMORY_NONE);
+  } catch (const dnnl::error& e) {
+    FATHOM_CHECK_MSG(false,
+                     "oneDNN matmul for M=" << m << " K=" << k << " N=" << n << ": " << e.what());
+  }
+  auto add = [&](int arg, const memory& mem) { p->args[p->num_args++] = {arg, mem.get()}; };
+  add(DNNL_ARG_SRC, p->src);
+  add(DNNL_ARG_WEIGHTS, weights);
+  add(DNNL_ARG_DST, p->dst);
+  if (bias) add(DNNL_ARG_BIAS, bias);
+  if (p->scratch_bytes > 0) add(DNNL_ARG_SCRATCHPAD, p->scratch);
+  slot = std::move(p);
+  return *slot;
+}
+
+// x: [m, K] f32, y: [m, N] f32, 1 <= m <= kMaxChunkRows.
+void Linear::Impl::RunOneDnn(const float* x, int64_t m, float* y) const {
+  LinearPrim& p = Prim(m);
+  const void* src = x;
+  if (compute == mdt::bf16) {
+    auto* xb = static_cast<uint16_t*>(ThreadXBuffer().Get(static_cast<size_t>(m * k) * 2));
+    ConvertRowsToBf16(x, m, k, xb, k);
+    src = xb;
+  }
+  p.src.set_data_handle(const_cast<void*>(src));  // oneDNN only reads src
+  p.dst.set_data_handle(y);
+  if (p.scratch_bytes > 0) p.scratch.set_data_handle(ThreadScratchpad().Get(p.scratch_bytes));
+  const dnnl_status_t st =
+      dnnl_primitive_execute(p.matmul.get(), ThreadStream().get(), p.num_args, p.args.data());
+  FATHOM_CHECK_MSG(st == dnnl_success, "oneDNN matmul status " << static_cast<int>(st));
+}
+
+// Small M, bf16: x rounded to bf16 with rows padded to Kp, then the AVX512-BF16 GEMV.
+void Linear::Impl::RunGemv(const float* x, int64_t m, float* y) const {
+  const int64_t kp = packed_md.data.padded_dims[0];
+  auto* xb = static_cast<uint16_t*>(ThreadXBuffer().Get(static_cast<size_t>(m * kp) * 2));
+  ConvertRowsToBf16(x, m, k, xb, kp);
+  const auto* bias_f32 = bias ? static_cast<const float*>(bias.get_data_handle()) : nullptr;
+  internal::GemvBf16Packed(static_cast<const uint16_t*>(weights.get_data_handle()), kp, n, xb, m,
+                           kp, bias_f32, y);
+}
+
+namespace {
+
+Status ValidateParts(const std::vector<TensorView>& weights,
+                     const std::vector<const TensorView*>& biases) {
+  if (weights.empty()) return Status::Error("Linear: no weights given");
+  if (!biases.empty() && biases.size() != weights.size())
+    return Status::Error("Linear: " + std::to_string(biases.size()) + " biases for " +
+                         std::to_string(weights.size()) + " weights");
+  const TensorView& w0 = weights[0];
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const TensorView& w = weights[i];
+    const std::string where = "Linear: weight " + std::to_string(i) + " " + ShapeToString(w.shape);
+    if (w.shape.size() != 2 || w.shape[0] <= 0 || w.shape[1] <= 0)
+      return Status::Error(where + " is not a non-empty [N, K] matrix");
+    if (w.data == nullptr) return Status::Error(where + " has no data");
+    if (w.shape[1] != w0.shape[1])
+      return Status::Error(where + " has K=" + std::to_string(w.shape[1]) + ", weight 0 " +
+                           ShapeToString(w0.shape) + " has K=" + std::to_string(w0.shape[1]));
+    if (w.dtype != w0.dtype)
+      return Status::Error(where + " is " + std::string(DTypeName(w.dtype)) + ", weight 0 is " +
+                           std::string(DTypeName(w0.dtype)));
+    const TensorView* b = biases.empty() ? nullptr : biases[i];
+    if (b && (b->shape != Shape{w.shape[0]} || b->data == nullptr))
+      return Status::Error("Linear: bias " + std::to_string(i) + " " + ShapeToString(b->shape) +
+                           " does not match weight " + ShapeToString(w.shape));
+  }
+  return Status::Ok();
+}
+
+// The parts concatenated along N as a plain [N, K] buffer of the compute type (f16 -> f32).
+std::vector<uint8_t> ConcatPlain(const std::vector<TensorView>& weights, bool to_f32) {
+  size_t total = 0;
+  for (const TensorView& w : weights) total += static_cast<size_t>(w.numel());
+  const size_t elem = to_f32 ? 4 : DTypeSize(weights[0].dtype);
+  std::vector<uint8_t> out(total * elem);
+  size_t at = 0;
+  for (const TensorView& w : weights) {
+    const size_t cnt = static_cast<size_t>(w.numel());
+    if (to_f32)
+      ConvertToF32(w.dtype, w.data, reinterpret_cast<float*>(out.data()) + at, cnt);
+    else
+      std::memcpy(out.data() + at * elem, w.data, cnt * elem);
+    at += cnt;
+  }
+  return out;
+}
+
+}  // namespace
+
+// bias: [1, N] f32, zeros where a part has none; left empty when no part has a bias.
+void Linear::Impl::SetBias(const std::vector<TensorView>& parts,
+                           const std::vector<const TensorView*>& biases) {
+  bool any_bias = false;
+  for (const TensorView* b : biases) any_bias |= b != nullptr;
+  if (!any_bias) return;
+  bias = memory({{1, n}, mdt::f32, mtag::ab}, CpuEngine());
+  auto* dst = static_cast<float*>(bias.get_data_handle());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto rows = static_cast<size_t>(parts[i].shape[0]);
+    if (biases[i])
+      ConvertToF32(biases[i]->dtype, biases[i]->data, dst, rows);
+    else
+      std::fill(dst, dst + rows, 0.f);
+    dst += rows;
+  }
+}
+
+// Asks oneDNN for its weights layout in `compute`, then reorders the parts into it, in
+// memory this Linear owns. Throws dnnl::error when oneDNN has no such matmul.
+void Linear::Impl::Prepack(const std::vector<TensorView>& parts) {
+  const memory::desc any_md({k, n}, compute, mtag::any);
+  packed_md = MakePd(kLayoutProbeRows, any_md).weights_desc();
+  (void)MakePd(1, packed_md);  // the layout must also serve M = 1
+  std::vector<uint8_t> plain = ConcatPlain(parts, compute == mdt::f32);
+  memory plain_mem({{k, n}, compute, mtag::ba}, CpuEngine(), plain.data());
+  weights = memory(packed_md, CpuEngine());
+  dnnl::reorder(plain_mem, weights).execute(ThreadStream(), plain_mem, weights);
+  ThreadStream().wait();
+}
+
+Result<Linear> Linear::Create(const std::vector<TensorView>& weights,
+                              const std::vector<const TensorView*>& biases) {
+  FATHOM_RETURN_IF_ERROR(ValidateParts(weights, biases));
+  auto impl = std::make_unique<Impl>();
+  impl->k = weights[0].shape[1];
+  for (const TensorView& w : weights) impl->n += w.shape[0];
+  impl->dtype = weights[0].dtype;
+  impl->compute = impl->dtype == DType::kBF16 ? mdt::bf16 : mdt::f32;
+  try {
+    impl->SetBias(weights, biases);
+    try {
+      impl->Prepack(weights);
+    } catch (const dnnl::error&) {
+      // oneDNN 2.6 has no bf16 matmul below AVX-512: run bf16 weights as (exact) f32.
+      if (impl->compute != mdt::bf16) throw;
+      impl->compute = mdt::f32;
+      impl->Prepack(weights);
+    }
+  } catch (const dnnl::error& e) {
+    return Status::Error("Linear: oneDNN failed for K=" + std::to_string(impl->k) +
+                         " N=" + std::to_string(impl->n) + " " +
+                         std::string(DTypeName(impl->dtype)) + ": " + e.what());
+  }
+  impl->use_gemv =
+      impl->compute == mdt::bf16 && internal::CpuHasAvx512Bf16() && IsGemvLayout(impl->packed_md);
+  impl->prims.resize(kMaxChunkRows + 1);
+  Linear out;
+  out.impl_ = std::move(impl);
+  return out;
+}
+
+Linear::Linear() = default;
+Linear::Linear(Linear&&) noexcept = default;
+Linear& Linear::operator=(Linear&&) noexcept = default;
+Linear::~Linear() = default;
+
+int64_t Linear::in_features() const { return impl_ ? impl_->k : 0; }
+int64_t Linear::out_features() const { return impl_ ? impl_->n : 0; }
+DType Linear::weight_dtype() const { return impl_ ? impl_->dtype : DType::kF32; }
+DType Linear::compute_dtype() const {
+  return impl_ && impl_->compute == mdt::bf16 ? DType::kBF16 : DType::kF32;
+}
+size_t Linear::weight_bytes() const { return impl_ ? impl_->packed_md.get_size() : 0; }
+
+void Linear::Forward(const float* x, int64_t m, float* y) const {
+  FATHOM_CHECK_MSG(impl_ != nullptr, "Forward on an empty Linear");
+  FATHOM_CHECK_MSG(m >= 0, "m=" << m);
+  if (m == 0) return;
+  if (impl_->use_gemv && m <= internal::kGemvMaxRows && internal::GemvEnabled()) {
+    impl_->RunGemv(x, m, y);
+    return;
+  }
+  for (int64_t r = 0; r < m; r += kMaxChunkRows) {
+    const int64_t rows = std::min(kMaxChunkRows, m - r);
+    impl_->RunOneDnn(x + r * impl_->k, rows, y + r * impl_->n);
+  }
+}
+
+void LinearReference(const float* x, int64_t m, const TensorView& w, const float* bias, float* y) {
+  FATHOM_CHECK_MSG(w.shape.size() == 2, "weight shape " << ShapeToString(w.shape));
+  const int64_t n = w.shape[0], k = w.shape[1];
+  const std::vector<float> wf = w.ToF32();  // exact for bf16 and f16
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = bias ? static_cast<double>(bias[j]) : 0.0;
+      const float* wr = wf.data() + j * k;
+      for (int64_t t = 0; t < k; ++t)
+        acc += static_cast<double>(x[i * k + t]) * static_cast<double>(wr[t]);
+      y[i * n + j] = static_cast<float>(acc);
+    }
+  }
+}
+
+}  // namespace fathom

@@ -1,0 +1,196 @@
+// Linear (oneDNN, prepacked weights; AVX512-BF16 GEMV at small M) vs LinearReference.
+#include "kernels/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "kernels/gemv_bf16.h"
+#include "kernels/test_util.h"
+
+namespace fathom {
+namespace {
+
+using testing::RandomFloats;
+using testing::RelErr;
+
+// A tensor with its own storage: f32 values converted to `dtype`.
+struct OwnedTensor {
+  std::vector<uint8_t> bytes;
+  TensorView view;
+};
+
+OwnedTensor MakeTensor(DType dtype, Shape shape, const std::vector<float>& values) {
+  OwnedTensor t;
+  t.bytes.resize(values.size() * DTypeSize(dtype));
+  ConvertFromF32(dtype, values.data(), t.bytes.data(), values.size());
+  t.view = TensorView{dtype, std::move(shape), t.bytes.data()};
+  return t;
+}
+
+std::vector<float> RoundedToBf16(std::vector<float> x) {
+  for (float& v : x) v = BF16ToF32(F32ToBF16(v));
+  return x;
+}
+
+struct Case {
+  int64_t m, k;
+  std::vector<int64_t> parts;  // N of each concatenated weight
+  std::vector<bool> bias;      // per part; empty = no biases at all
+};
+
+std::string Describe(const Case& c, DType dt) {
+  std::string s = std::string(DTypeName(dt)) + " M=" + std::to_string(c.m) +
+                  " K=" + std::to_string(c.k) + " N=";
+  for (int64_t n : c.parts) s += std::to_string(n) + ",";
+  return s;
+}
+
+// Builds the Linear for `c` and the same weights concatenated for the reference, then
+// checks y against LinearReference on x (and on x rounded to bf16 for bf16 weights).
+void CheckCase(const Case& c, DType dt, uint64_t seed) {
+  SCOPED_TRACE(Describe(c, dt));
+  std::vector<OwnedTensor> ws, bs;
+  std::vector<float> all_w, all_b;
+  for (size_t i = 0; i < c.parts.size(); ++i) {
+    const int64_t n = c.parts[i];
+    // Values that are exact in the weight dtype, so the reference sees the same weights.
+    auto w = MakeTensor(dt, {n, c.k}, RandomFloats(static_cast<size_t>(n * c.k), seed + i));
+    std::vector<float> wf = w.view.ToF32();
+    all_w.insert(all_w.end(), wf.begin(), wf.end());
+    ws.push_back(std::move(w));
+    const bool has_bias = !c.bias.empty() && c.bias[i];
+    std::vector<float> b = has_bias ? RandomFloats(static_cast<size_t>(n), seed + 100 + i)
+                                    : std::vector<float>(static_cast<size_t>(n), 0.f);
+    all_b.insert(all_b.end(), b.begin(), b.end());
+    bs.push_back(MakeTensor(DType::kF32, {n}, b));
+  }
+  std::vector<TensorView> views;
+  std::vector<const TensorView*> bias_ptrs;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    views.push_back(ws[i].view);
+    if (!c.bias.empty()) bias_ptrs.push_back(c.bias[i] ? &bs[i].view : nullptr);
+  }
+  auto lin = Linear::Create(views, bias_ptrs);
+  ASSERT_TRUE(lin.ok()) << lin.status().message();
+  const int64_t n = lin->out_features();
+  EXPECT_EQ(lin->in_features(), c.k);
+  EXPECT_EQ(lin->weight_dtype(), dt);
+  EXPECT_GE(lin->weight_bytes(), static_cast<size_t>(n * c.k) * (dt == DType::kBF16 ? 2 : 4));
+
+  const std::vector<float> x = RandomFloats(static_cast<size_t>(c.m * c.k), seed + 7);
+  std::vector<float> y(static_cast<size_t>(c.m * n)), ref(y.size());
+  lin->Forward(x.data(), c.m, y.data());
+  const auto all = MakeTensor(DType::kF32, {n, c.k}, all_w);
+  if (lin->compute_dtype() == DType::kBF16) {
+    const std::vector<float> xr = RoundedToBf16(x);
+    LinearReference(xr.data(), c.m, all.view, all_b.data(), ref.data());
+    EXPECT_LE(RelErr(y, ref), 1e-5);  // only the f32 summation order differs
+    LinearReference(x.data(), c.m, all.view, all_b.data(), ref.data());
+    EXPECT_LE(RelErr(y, ref), 1e-2);
+  } else {  // f32 and f16 weights; bf16 where the CPU has no bf16 matmul
+    LinearReference(x.data(), c.m, all.view, all_b.data(), ref.data());
+    EXPECT_LE(RelErr(y, ref), 1e-5);
+  }
+}
+
+const std::vector<Case>& Cases() {
+  static const std::vector<Case> cases = {
+      {1, 33, {129}, {}},
+      {3, 129, {33}, {true}},
+      {17, 1000, {129}, {true}},
+      {64, 33, {1000}, {}},
+      {300, 129, {129}, {true}},
+      {1, 1000, {33, 129, 64}, {true, false, true}},
+      {3, 64, {100, 28}, {false, true}},
+      {17, 129, {33, 33, 33}, {true, true, true}},
+      {64, 1000, {129, 33}, {}},
+      {300, 33, {100, 129, 7}, {true, false, true}},
+      {2, 2048, {256}, {true}},
+      {4, 7, {5}, {}},
+      {1, 1, {1}, {true}},
+      {600, 33, {65}, {true}},  // > 512 rows: split into chunks
+  };
+  return cases;
+}
+
+class LinearTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(LinearTest, MatchesReference) {
+  uint64_t seed = 1;
+  for (const Case& c : Cases()) CheckCase(c, GetParam(), seed += 1000);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDTypes, LinearTest,
+                         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                         [](const ::testing::TestParamInfo<DType>& param_info) {
+                           return std::string(DTypeName(param_info.param));
+                         });
+
+// The GEMV (M <= 2, bf16) and oneDNN paths agree, and cached primitives give the same
+// results when M changes back and forth.
+TEST(LinearTest, SmallMPathsAgreeAndCacheIsStable) {
+  const int64_t k = 129, n = 200;
+  auto w = MakeTensor(DType::kBF16, {n, k}, RandomFloats(static_cast<size_t>(n * k), 5));
+  auto b = MakeTensor(DType::kF32, {n}, RandomFloats(static_cast<size_t>(n), 6));
+  auto lin = Linear::Create({w.view}, {&b.view});
+  ASSERT_TRUE(lin.ok()) << lin.status().message();
+  const std::vector<float> x = RandomFloats(static_cast<size_t>(20 * k), 7);
+  for (int64_t m : {1, 2, 3, 4, 17, 3, 1, 17}) {
+    std::vector<float> fast(static_cast<size_t>(m * n)), onednn(fast.size());
+    lin->Forward(x.data(), m, fast.data());
+    internal::SetGemvEnabledForTesting(false);
+    lin->Forward(x.data(), m, onednn.data());
+    internal::SetGemvEnabledForTesting(true);
+    EXPECT_LE(RelErr(fast, onednn), 1e-5) << "m=" << m;
+  }
+}
+
+TEST(LinearTest, ZeroRowsIsANoOp) {
+  auto w = MakeTensor(DType::kF32, {3, 2}, {1, 2, 3, 4, 5, 6});
+  auto lin = Linear::Create({w.view});
+  ASSERT_TRUE(lin.ok());
+  float y = 42.f;
+  lin->Forward(nullptr, 0, &y);
+  EXPECT_EQ(y, 42.f);
+}
+
+TEST(LinearTest, MoveKeepsWeights) {
+  auto w = MakeTensor(DType::kF32, {2, 2}, {1, 2, 3, 4});
+  auto lin = Linear::Create({w.view});
+  ASSERT_TRUE(lin.ok());
+  Linear moved = std::move(lin).value();
+  const float x[2] = {1, 1};
+  float y[2];
+  moved.Forward(x, 1, y);
+  EXPECT_EQ(y[0], 3.f);
+  EXPECT_EQ(y[1], 7.f);
+}
+
+TEST(LinearTest, RejectsBadShapes) {
+  auto a = MakeTensor(DType::kF32, {4, 8}, std::vector<float>(32, 1.f));
+  auto b = MakeTensor(DType::kF32, {4, 6}, std::vector<float>(24, 1.f));
+  auto c = MakeTensor(DType::kBF16, {4, 8}, std::vector<float>(32, 1.f));
+  auto bias3 = MakeTensor(DType::kF32, {3}, std::vector<float>(3, 1.f));
+
+  auto r = Linear::Create({});
+  EXPECT_FALSE(r.ok());
+  r = Linear::Create({a.view, b.view});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("weight 1 [4, 6]"), std::string::npos)
+      << r.status().message();
+  r = Linear::Create({a.view, c.view});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("BF16"), std::string::npos) << r.status().message();
+  r = Linear::Create({a.view}, {&bias3.view});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("bias 0 [3]"), std::string::npos) << r.status().message();
+  r = Linear::Create({a.view, a.view}, {nullptr});
+  EXPECT_FALSE(r.ok());
+  TensorView vec{DType::kF32, {8}, a.bytes.data()};
+  EXPECT_FALSE(Linear::Create({vec}).ok());
+}
+
+}  // namespace
+}  // namespace fathom
