@@ -19,7 +19,7 @@ namespace {
 
 struct UnitScratch {
   std::vector<const float*> k, v;  // key rows of the unit's KV head
-  std::vector<float> p;            // [heads_per_kv, n_keys] scores, then probabilities
+  std::vector<float> p;            // [n_keys] scores, then probabilities, of one head
 };
 
 UnitScratch& Scratch() {
@@ -48,33 +48,85 @@ int64_t GatherKeys(const PagedKvView& kv, const PagedAttentionRow& row, const Ke
   return m;
 }
 
+// scores[t] = scale * q . k_t over the gathered keys, four keys per pass so q is loaded once.
+void Scores(const float* q, const float* const* k, int64_t n, int64_t hd, float scale, float* p) {
+  int64_t t = 0;
+  for (; t + 4 <= n; t += 4) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t d = 0;
+    for (; d + 8 <= hd; d += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + d);
+      s0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[t] + d), s0);
+      s1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[t + 1] + d), s1);
+      s2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[t + 2] + d), s2);
+      s3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[t + 3] + d), s3);
+    }
+    float tail[4] = {0, 0, 0, 0};
+    for (; d < hd; ++d)
+      for (int j = 0; j < 4; ++j) tail[j] += q[d] * k[t + j][d];
+    p[t] = (internal::HSum(s0) + tail[0]) * scale;
+    p[t + 1] = (internal::HSum(s1) + tail[1]) * scale;
+    p[t + 2] = (internal::HSum(s2) + tail[2]) * scale;
+    p[t + 3] = (internal::HSum(s3) + tail[3]) * scale;
+  }
+  for (; t < n; ++t) p[t] = internal::Dot(q, k[t], hd) * scale;
+}
+
+// p[t] = exp(p[t] - max p), vectorized; returns the sum.
+float ExpNormalizer(float* p, int64_t n) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t t = 0; t < n; ++t) mx = std::max(mx, p[t]);
+  const __m256 vmx = _mm256_set1_ps(mx);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8) {
+    const __m256 e = internal::Exp(_mm256_sub_ps(_mm256_loadu_ps(p + t), vmx));
+    _mm256_storeu_ps(p + t, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float sum = internal::HSum(acc);
+  for (; t < n; ++t) sum += p[t] = internal::ExpScalar(p[t] - mx);
+  return sum;
+}
+
+// out[c .. c+8*NV) = sum_t w[t] * v_t[c .. c+8*NV), accumulated in NV registers.
+template <int NV>
+void WeightedSumChunk(const float* w, const float* const* v, int64_t n, int64_t c, float* out) {
+  __m256 acc[NV];
+  for (int j = 0; j < NV; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t t = 0; t < n; ++t) {
+    const __m256 wt = _mm256_set1_ps(w[t]);
+    const float* vt = v[t] + c;
+    for (int j = 0; j < NV; ++j) acc[j] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(vt + 8 * j), acc[j]);
+  }
+  for (int j = 0; j < NV; ++j) _mm256_storeu_ps(out + c + 8 * j, acc[j]);
+}
+
+void WeightedSum(const float* w, const float* const* v, int64_t n, int64_t hd, float* out) {
+  int64_t c = 0;
+  for (; c + 32 <= hd; c += 32) WeightedSumChunk<4>(w, v, n, c, out);
+  for (; c + 8 <= hd; c += 8) WeightedSumChunk<1>(w, v, n, c, out);
+  for (; c < hd; ++c) {
+    float acc = 0;
+    for (int64_t t = 0; t < n; ++t) acc += w[t] * v[t][c];
+    out[c] = acc;
+  }
+}
+
 // softmax(scale * q k^T) v for `hp` query heads sharing the gathered keys.
 void AttendGathered(const float* q, int64_t hp, int64_t hd, float scale, int64_t n,
                     UnitScratch& s, float* out) {
-  std::fill(out, out + hp * hd, 0.f);
-  if (n == 0) return;
-  if (static_cast<int64_t>(s.p.size()) < hp * n) s.p.resize(static_cast<size_t>(hp * n));
+  if (n == 0) {
+    std::fill(out, out + hp * hd, 0.f);
+    return;
+  }
+  if (static_cast<int64_t>(s.p.size()) < n) s.p.resize(static_cast<size_t>(n));
+  float* p = s.p.data();
   for (int64_t g = 0; g < hp; ++g) {
-    float* p = s.p.data() + g * n;
-    const float* qg = q + g * hd;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t t = 0; t < n; ++t) {
-      p[t] = internal::Dot(qg, s.k[static_cast<size_t>(t)], hd) * scale;
-      mx = std::max(mx, p[t]);
-    }
-    float sum = 0;
-    for (int64_t t = 0; t < n; ++t) sum += p[t] = internal::ExpScalar(p[t] - mx);
-    const float inv = 1.f / sum;
-    float* o = out + g * hd;
-    for (int64_t t = 0; t < n; ++t) {
-      const float w = p[t] * inv;
-      const float* vt = s.v[static_cast<size_t>(t)];
-      int64_t d = 0;
-      const __m256 wv = _mm256_set1_ps(w);
-      for (; d + 8 <= hd; d += 8)
-        _mm256_storeu_ps(o + d, _mm256_fmadd_ps(wv, _mm256_loadu_ps(vt + d), _mm256_loadu_ps(o + d)));
-      for (; d < hd; ++d) o[d] += w * vt[d];
-    }
+    Scores(q + g * hd, s.k.data(), n, hd, scale, p);
+    const float inv = 1.f / ExpNormalizer(p, n);
+    for (int64_t t = 0; t < n; ++t) p[t] *= inv;
+    WeightedSum(p, s.v.data(), n, hd, out + g * hd);
   }
 }
 
