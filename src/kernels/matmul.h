@@ -41,9 +41,17 @@ class Linear {
   // parallel inside over the process's OpenMP threads.
   void Forward(const float* x, int64_t m, float* y) const;
 
+  // bf16 weights only: run x as hi + lo bf16 parts (two passes over W), so activations
+  // keep about 16 mantissa bits instead of 8. For reference checks of deep (looped)
+  // models, where bf16 activation rounding compounds; twice the cost. Off by default.
+  void set_split_bf16_activations(bool on) { split_bf16_ = on; }
+
  private:
+  void ForwardRounded(const float* x, int64_t m, float* y) const;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  bool split_bf16_ = false;
 };
 
 // Scalar reference: double accumulation, W converted element by element. For tests.

@@ -110,7 +110,7 @@ Result<LayerWeights> LoadLayer(const ModelSpec& spec, const LayerNames& n, const
 
 }  // namespace
 
-Result<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
+Result<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOptions& opt) {
   auto m = std::make_unique<Model>();
   m->dir_ = dir;
   const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
@@ -136,6 +136,12 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
     FATHOM_ASSIGN_OR_RETURN(w.exit_gate, src.F32(spec.loop.exit_gate));
     FATHOM_ASSIGN_OR_RETURN(std::vector<float> b, src.F32(spec.loop.exit_gate_bias));
     w.exit_gate_bias = b.at(0);
+  }
+  if (opt.split_bf16_activations) {
+    for (LayerWeights& l : w.layers)
+      for (Linear* lin : {&l.qkv, &l.o, &l.gate_up, &l.down}) lin->set_split_bf16_activations(true);
+    w.lm_head.set_split_bf16_activations(true);
+    w.adapter.set_split_bf16_activations(true);
   }
   m->rope_ = RopeTable(spec.head_dim, spec.rope_theta, std::min<int64_t>(spec.max_positions, 65536));
   return m;

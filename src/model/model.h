@@ -42,9 +42,15 @@ struct ModelWeights {
   float exit_gate_bias = 0.f;
 };
 
+struct LoadOptions {
+  // Run bf16 matmuls with activations split into two bf16 parts (see Linear): slower,
+  // for reference checks of deep looped models in bf16.
+  bool split_bf16_activations = false;
+};
+
 class Model {
  public:
-  static Result<std::unique_ptr<Model>> Load(const std::string& dir);
+  static Result<std::unique_ptr<Model>> Load(const std::string& dir, const LoadOptions& opt = {});
 
   const ModelSpec& spec() const { return spec_; }
   const ModelWeights& weights() const { return weights_; }

@@ -138,16 +138,27 @@ TEST_P(HuginnReferenceTest, LogitsAndLatentDiff) {
 
 INSTANTIATE_TEST_SUITE_P(Loops, HuginnReferenceTest, ::testing::Values(1, 2, 5, 8));
 
+// bf16 checkpoints: with activations rounded to bf16 (the fast default), the error grows
+// with depth; Huginn's 2 + 4R + 2 post-norm layers reach about 3% on random weights. With
+// split activations (LoadOptions::split_bf16_activations) every family is within 2e-2.
 TEST(LoopedReferenceTest, Bf16LogitsWithin2e2) {
   for (const char* family : {"ouro", "huginn"}) {
     TempDir dir;
     testing::MakeTinyModel(family, dir / "model", DType::kBF16);
-    auto m = Load(dir / "model");
-    ASSERT_TRUE(m);
-    Fathom f;
-    f.Run(*m, kPrompt, 3);
     testing::RunReference(dir / "model", kPrompt, 3, dir.path());
-    EXPECT_LE(RelativeError(f.out.logits, ReadF32File(dir / "logits.f32")), 2e-2) << family;
+    const auto ref = ReadF32File(dir / "logits.f32");
+    LoadOptions accurate;
+    accurate.split_bf16_activations = true;
+    auto m = Model::Load(dir / "model", accurate);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    Fathom f;
+    f.Run(**m, kPrompt, 3);
+    EXPECT_LE(RelativeError(f.out.logits, ref), 2e-2) << family << " (split activations)";
+    auto fast = Load(dir / "model");
+    ASSERT_TRUE(fast);
+    f.Run(*fast, kPrompt, 3);
+    EXPECT_LE(RelativeError(f.out.logits, ref), std::string(family) == "ouro" ? 2e-2 : 5e-2)
+        << family << " (bf16 activations)";
   }
 }
 

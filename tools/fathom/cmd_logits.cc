@@ -19,7 +19,7 @@ Result<std::optional<uint64_t>> ParseInitState(const std::string& v) {
 }
 
 int RunLogits(const std::vector<std::string>& args) {
-  std::string model_dir, ids_text, out_path, init = "zero";
+  std::string model_dir, ids_text, out_path, init = "zero", precision = "fast";
   int64_t loops = 0;
   FlagSet flags("fathom logits",
                 "fathom logits --model DIR --ids 1,2,3 [--loops R] [--init-state zero|seed:N] --out FILE",
@@ -31,6 +31,9 @@ int RunLogits(const std::vector<std::string>& args) {
   flags.Int("--loops", &loops, "loop count of a looped model (default: total_ut_steps for Ouro, "
             "mean_recurrence for Huginn)", 1, 4096);
   flags.String("--init-state", &init, "Huginn's initial state: zero (default) or seed:N");
+  flags.String("--precision", &precision,
+               "bf16 matmuls: fast (activations rounded to bf16, default) or accurate (split into\n"
+               "      two bf16 parts: about 16 mantissa bits, twice the cost)");
   for (const char* r : {"--model", "--ids", "--out"}) flags.Require(r);
   if (Status s = flags.Parse(args); !s.ok()) return Fail("logits", s.message(), 2);
   if (flags.help_requested()) {
@@ -41,7 +44,11 @@ int RunLogits(const std::vector<std::string>& args) {
   if (!ids.ok()) return Fail("logits", ids.status().message(), 2);
   auto init_seed = ParseInitState(init);
   if (!init_seed.ok()) return Fail("logits", init_seed.status().message(), 2);
-  auto model = Model::Load(model_dir);
+  if (precision != "fast" && precision != "accurate")
+    return Fail("logits", "--precision: expected fast or accurate, found '" + precision + "'", 2);
+  LoadOptions load;
+  load.split_bf16_activations = precision == "accurate";
+  auto model = Model::Load(model_dir, load);
   if (!model.ok()) return Fail("logits", model.status().message(), 1);
   const ModelSpec& spec = (*model)->spec();
   PromptOptions opt;

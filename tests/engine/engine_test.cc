@@ -1,0 +1,238 @@
+// End-to-end: batched schedules (cb, cdb-norefill, cdb-refill with several K and W) give
+// every request exactly the tokens and exit depths of generating it alone (Generate, with
+// the same exit policy kind and the lookahead rule), on tiny dense, Ouro and Huginn
+// checkpoints, under the depth-indexed and last-exited layouts, with many concurrent
+// requests, and with a KV pool small enough to force preemptions.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <random>
+
+#include "engine/engine.h"
+#include "exec/generate.h"
+#include "model/test_util.h"
+
+namespace fathom {
+namespace {
+
+using testing::TempDir;
+
+struct Loaded {
+  TempDir dir;
+  std::unique_ptr<Model> model;
+};
+
+const Model& TinyModel(const std::string& family) {
+  static std::map<std::string, std::unique_ptr<Loaded>> cache;
+  auto& slot = cache[family];
+  if (!slot) {
+    slot = std::make_unique<Loaded>();
+    testing::MakeTinyModel(family, slot->dir / "model", DType::kF32);
+    auto m = Model::Load(slot->dir / "model");
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    slot->model = std::move(m).value();
+  }
+  return *slot->model;
+}
+
+// A mixed workload: prompts and lengths vary; exit policies mix the model's own signal,
+// seeded random depths, replayed traces and none; a few requests sample.
+std::vector<RequestSpec> Workload(const ModelSpec& spec, int n, uint64_t seed) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::vector<RequestSpec> out;
+  for (int i = 0; i < n; ++i) {
+    RequestSpec r;
+    r.name = "r";
+    r.name.append(std::to_string(i));
+    r.prompt.resize(1 + rng() % 14);
+    for (int32_t& t : r.prompt) t = static_cast<int32_t>(rng() % spec.vocab);
+    r.max_tokens = 1 + static_cast<int32_t>(rng() % 9);
+    r.seed = rng();
+    r.stop_at_eos = false;
+    if (i % 5 == 4) r.sampling.temperature = 0.8f;
+    if (spec.loop.looped) {
+      r.loops = 3 + static_cast<int32_t>(rng() % 2);
+      switch (i % 4) {
+        case 0: r.exit.kind = ExitSpec::Kind::kNone; break;
+        case 1:
+          r.exit.kind = ExitSpec::Kind::kThreshold;
+          r.exit.threshold = spec.loop.exit_signal == ExitSignal::kGateHazard ? 0.5 : 0.9;
+          break;
+        case 2:
+          r.exit.kind = ExitSpec::Kind::kRandom;
+          r.exit.mean = 2.5;
+          r.exit.min_depth = 2;
+          r.exit.seed = rng();
+          break;
+        case 3: r.exit.kind = ExitSpec::Kind::kTrace, r.exit.trace = {2, 3, r.loops, 2}; break;
+      }
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+struct Expected {
+  std::vector<int32_t> ids, depths;
+  std::string finish;
+};
+
+Expected Alone(const Model& m, const RequestSpec& r, KvLayout layout, bool lookahead, bool ignore_exits) {
+  GenerateOptions o;
+  o.prompt = r.prompt;
+  o.max_tokens = r.max_tokens;
+  o.loops = r.loops;
+  o.sampling = r.sampling;
+  o.seed = r.seed;
+  o.stop_at_eos = r.stop_at_eos;
+  o.layout = layout;
+  o.init_seed = r.init_seed;
+  o.exit_lookahead = lookahead;
+  o.prefill_chunk = 5;  // a different chunking than the engine's: these layouts do not care
+  if (!ignore_exits) {
+    auto p = MakeExitPolicy(m.spec(), r.exit, r.loops, lookahead);
+    EXPECT_TRUE(p.ok()) << p.status().message();
+    o.exit_policy = std::shared_ptr<ExitPolicy>(std::move(p).value());
+  }
+  auto res = Generate(m, o);
+  EXPECT_TRUE(res.ok()) << res.status().message();
+  return {res->ids, res->exit_depths, res->finish_reason};
+}
+
+struct Config {
+  SchedMode mode;
+  int32_t width, k;
+};
+
+void RunAndCompare(const std::string& family, KvLayout layout, const Config& c, int n_requests,
+                   size_t kv_bytes, bool expect_preemption, uint64_t seed = 1, int32_t block_size = 16) {
+  const Model& m = TinyModel(family);
+  EngineOptions opt;
+  opt.mode = c.mode;
+  opt.width = c.width;
+  opt.min_coda = c.k;
+  opt.layout = layout;
+  opt.prefill_budget = 16;
+  opt.kv_bytes = kv_bytes;
+  opt.block_size = block_size;
+  if (m.spec().loop.looped) opt.max_depth = 4;
+  auto engine = Engine::Create(m, opt);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  Engine& e = **engine;
+  const std::vector<RequestSpec> reqs = Workload(m.spec(), n_requests, seed);
+  std::vector<RequestId> ids;
+  for (const RequestSpec& r : reqs) {
+    auto id = e.AddRequest(r);
+    ASSERT_TRUE(id.ok()) << id.status().message();
+    ids.push_back(*id);
+  }
+  std::map<RequestId, std::vector<int32_t>> streamed;
+  while (e.HasWork()) {
+    Status s = e.Step();
+    ASSERT_TRUE(s.ok()) << s.message();
+    for (const TokenEvent& ev : e.events()) streamed[ev.req].push_back(ev.token);
+  }
+  if (expect_preemption) {
+    EXPECT_GT(e.stats().preemptions, 0);
+  }
+  EXPECT_EQ(e.kv().num_sequences(), 0);
+  EXPECT_EQ(e.kv().bytes_used(), 0u);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const Expected want = Alone(m, reqs[i], layout, opt.lookahead, c.mode == SchedMode::kCb);
+    const SchedRequestState& got = e.request(ids[i]);
+    EXPECT_EQ(got.tokens, want.ids) << family << " request " << i;
+    EXPECT_EQ(streamed[ids[i]], want.ids) << family << " request " << i;
+    if (m.spec().loop.looped) {
+      EXPECT_EQ(got.depths, want.depths) << family << " request " << i;
+    }
+    EXPECT_EQ(FinishReasonName(got.finish), want.finish);
+  }
+}
+
+using Param = std::tuple<std::string, KvLayout>;
+std::string ParamName(const ::testing::TestParamInfo<Param>& p) {
+  std::string name = std::get<0>(p.param) + "_" + std::string(KvLayoutName(std::get<1>(p.param)));
+  for (char& ch : name)
+    if (ch == '-') ch = '_';
+  return name;
+}
+
+class EquivalenceTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(EquivalenceTest, EverySchedulerMatchesGeneratingAlone) {
+  const auto& [family, layout] = GetParam();
+  for (const Config& c : {Config{SchedMode::kCb, 4, 1}, Config{SchedMode::kCdbNoRefill, 4, 1},
+                          Config{SchedMode::kCdbRefill, 4, 1}, Config{SchedMode::kCdbRefill, 8, 3},
+                          Config{SchedMode::kCdbRefill, 3, 2}})
+    RunAndCompare(family, layout, c, 12, 0, false);
+}
+
+TEST_P(EquivalenceTest, FiftyConcurrentRequests) {
+  const auto& [family, layout] = GetParam();
+  RunAndCompare(family, layout, {SchedMode::kCdbRefill, 16, 4}, 52, 0, false, 2);
+}
+
+TEST_P(EquivalenceTest, PreemptionUnderASmallKvPoolKeepsOutputs) {
+  const auto& [family, layout] = GetParam();
+  const Model& m = TinyModel(family);
+  // Blocks of 4 rows; room for the longest request (22 positions) and a little more.
+  const size_t block_bytes = 4 * 2 * static_cast<size_t>(m.spec().kv_dim()) * 4;
+  const int64_t layers_per_token = m.spec().loop.looped ? m.spec().n_prelude + 4 * m.spec().n_core + m.spec().n_coda
+                                                        : m.spec().n_prelude;
+  const size_t bytes = block_bytes * static_cast<size_t>(layers_per_token) * 8;
+  for (SchedMode mode : {SchedMode::kCdbRefill, SchedMode::kCdbNoRefill, SchedMode::kCb})
+    RunAndCompare(family, layout, {mode, 8, 2}, 24, bytes, true, 3, 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Looped, EquivalenceTest,
+                         ::testing::Combine(::testing::Values("ouro", "huginn"),
+                                            ::testing::Values(KvLayout::kDepthIndexed, KvLayout::kLastExited)),
+                         ParamName);
+INSTANTIATE_TEST_SUITE_P(Dense, EquivalenceTest,
+                         ::testing::Combine(::testing::Values("llama"), ::testing::Values(KvLayout::kDepthIndexed)),
+                         ParamName);
+
+TEST(Engine, RejectsWhatCanNeverFitAndReportsFieldErrors) {
+  const Model& m = TinyModel("ouro");
+  EngineOptions opt;
+  opt.kv_bytes = 16 * 2 * static_cast<size_t>(m.spec().kv_dim()) * 4 * 4;  // 4 blocks
+  auto e = Engine::Create(m, opt);
+  ASSERT_TRUE(e.ok());
+  RequestSpec r;
+  r.prompt = {1, 2, 3};
+  r.max_tokens = 64;
+  auto id = (*e)->AddRequest(r);
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("rejected"), std::string::npos) << id.status().message();
+  r.prompt = {1, 100000};
+  EXPECT_NE((*e)->AddRequest(r).status().message().find("prompt_ids"), std::string::npos);
+  r.prompt = {1};
+  r.loops = 9;
+  EXPECT_NE((*e)->AddRequest(r).status().message().find("loops"), std::string::npos);
+}
+
+TEST(Engine, CancelFreesEverything) {
+  const Model& m = TinyModel("huginn");
+  EngineOptions opt;
+  opt.max_depth = 4;
+  auto e = Engine::Create(m, opt);
+  ASSERT_TRUE(e.ok());
+  RequestSpec r;
+  r.prompt = {5, 6, 7};
+  r.max_tokens = 20;
+  r.stop_at_eos = false;
+  const RequestId a = (*e)->AddRequest(r).value();
+  const RequestId b = (*e)->AddRequest(r).value();
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE((*e)->Step().ok());
+  EXPECT_TRUE((*e)->Cancel(a));
+  EXPECT_FALSE((*e)->Cancel(a));
+  ASSERT_TRUE((*e)->RunToCompletion().ok());
+  EXPECT_EQ((*e)->request(a).finish, FinishReason::kCancelled);
+  EXPECT_EQ((*e)->request(b).tokens.size(), 20u);
+  EXPECT_EQ((*e)->kv().bytes_used(), 0u);
+  EXPECT_GT((*e)->stats().schedule_seconds, 0);
+}
+
+}  // namespace
+}  // namespace fathom

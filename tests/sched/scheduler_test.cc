@@ -1,0 +1,295 @@
+// Scheduler unit tests with a fake runner: plans are answered by deterministic functions
+// of (request, position, step), so every property is checked without a model.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <random>
+
+#include "sched/scheduler.h"
+
+namespace fathom {
+namespace {
+
+constexpr int64_t kBlock = 4, kLayers = 2;
+int64_t BlocksFor(int64_t, int64_t len) { return kLayers * ((len + kBlock - 1) / kBlock); }
+
+SchedConfig Config(SchedMode mode, int32_t width = 4, int32_t k = 1, int64_t blocks = 1000) {
+  SchedConfig c;
+  c.mode = mode;
+  c.width = width;
+  c.min_coda = k;
+  c.kv_blocks = blocks;
+  c.prefill_budget = 8;
+  c.reserve_tokens = 0;
+  c.blocks_for = BlocksFor;
+  return c;
+}
+
+int32_t TokenAt(RequestId r, int64_t pos) { return static_cast<int32_t>((r * 31 + pos * 7) % 97); }
+
+// Answers plans; `exit_after(req, pos, steps_run)` says whether the policy fires.
+struct FakeRunner {
+  std::function<bool(RequestId, int64_t, int32_t)> exit_after = [](RequestId, int64_t, int32_t) { return false; };
+  std::vector<Plan> log;
+  Outcome Run(const Scheduler& s, const Plan& p) {
+    log.push_back(p);
+    Outcome o;
+    if (p.stage == Stage::kPrefill)
+      for (const PrefillWork& c : p.chunks)
+        o.tokens.push_back(c.sample ? TokenAt(c.req, c.pos0 + c.n) : -1);
+    for (const WorkItem& it : p.items) {
+      if (p.stage == Stage::kPrelude) {
+        EXPECT_EQ(it.token, TokenAt(it.req, it.pos)) << p.ToString();
+      }
+      if (p.stage == Stage::kCore) o.exit.push_back(exit_after(it.req, it.pos, it.step + 1) ? 1 : 0);
+      if (p.stage == Stage::kCoda) o.tokens.push_back(TokenAt(it.req, it.pos + 1));
+    }
+    (void)s;
+    return o;
+  }
+};
+
+// Runs to completion, checking invariants after every update; returns events.
+std::vector<TokenEvent> Drive(Scheduler& s, FakeRunner& f, int64_t max_steps = 100000) {
+  std::vector<TokenEvent> ev;
+  Plan p;
+  for (int64_t i = 0; i < max_steps && s.HasWork(); ++i) {
+    s.Schedule(&p);
+    EXPECT_FALSE(p.empty()) << "no progress at step " << i;
+    if (p.empty()) break;
+    if (getenv("SCHED_TRACE") && i < 80) fprintf(stderr, "%s\n", p.ToString().c_str());
+    Outcome o = f.Run(s, p);
+    s.Update(p, o, &ev);
+    s.CheckInvariants();
+  }
+  EXPECT_FALSE(s.HasWork());
+  return ev;
+}
+
+SchedRequest Req(int64_t prompt, int32_t max_tokens, int32_t loops) {
+  SchedRequest r;
+  r.prompt_len = prompt;
+  r.max_tokens = max_tokens;
+  r.loops = loops;
+  return r;
+}
+
+class AllModes : public ::testing::TestWithParam<SchedMode> {};
+
+TEST_P(AllModes, RandomWorkloadKeepsInvariantsAndFinishesEverything) {
+  std::mt19937 rng(7);
+  for (int64_t blocks : {1000, 24}) {
+    Scheduler s(Config(GetParam(), 4, 2, blocks));
+    FakeRunner f;
+    f.exit_after = [](RequestId r, int64_t pos, int32_t steps) { return (r + pos + steps) % 3 == 0; };
+    std::vector<RequestId> ids;
+    for (int i = 0; i < 20; ++i)
+      ids.push_back(s.AddRequest(Req(1 + rng() % 12, 1 + static_cast<int32_t>(rng() % 9), 4)).value());
+    Drive(s, f);
+    for (RequestId id : ids) {
+      const auto& r = s.request(id);
+      ASSERT_TRUE(r.done);
+      EXPECT_EQ(r.finish, FinishReason::kLength);
+      ASSERT_EQ(static_cast<int32_t>(r.tokens.size()), r.spec.max_tokens);
+      for (size_t t = 0; t < r.tokens.size(); ++t)
+        EXPECT_EQ(r.tokens[t], TokenAt(id, r.spec.prompt_len + static_cast<int64_t>(t)));
+      EXPECT_EQ(r.depths[0], 4);
+      for (size_t t = 1; t < r.depths.size(); ++t) {
+        EXPECT_GE(r.depths[t], GetParam() == SchedMode::kCb ? 4 : 2);
+        EXPECT_LE(r.depths[t], 4);
+      }
+    }
+    EXPECT_EQ(s.free_blocks(), blocks);
+    if (blocks == 24) {
+      EXPECT_GT(s.preemptions(), 0);
+    }
+  }
+}
+
+std::string ModeName(const ::testing::TestParamInfo<SchedMode>& p) {
+  std::string n(SchedModeName(p.param));
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+}
+INSTANTIATE_TEST_SUITE_P(Modes, AllModes,
+                         ::testing::Values(SchedMode::kCb, SchedMode::kCdbNoRefill, SchedMode::kCdbRefill),
+                         ModeName);
+
+TEST(Scheduler, PlanIsPrintableAndScheduleMutatesNothing) {
+  Scheduler s(Config(SchedMode::kCdbRefill));
+  ASSERT_TRUE(s.AddRequest(Req(5, 3, 4)).ok());
+  Plan a, b;
+  s.Schedule(&a);
+  s.Schedule(&b);
+  EXPECT_EQ(a.ToString(), b.ToString());
+  EXPECT_EQ(a.ToString(), "prefill grow(r0->5) [r0 pos 0+5 last]");
+}
+
+TEST(Scheduler, LookaheadDecisionAtStepRTakesEffectAtRPlus2) {
+  for (bool lookahead : {true, false}) {
+    SchedConfig c = Config(SchedMode::kCdbRefill);
+    c.lookahead = lookahead;
+    Scheduler s(c);
+    ASSERT_TRUE(s.AddRequest(Req(3, 2, 6)).ok());
+    FakeRunner f;
+    f.exit_after = [](RequestId, int64_t, int32_t steps) { return steps == 2; };  // decided at r=2
+    Drive(s, f);
+    std::vector<int32_t> core_steps;
+    for (const Plan& p : f.log)
+      if (p.stage == Stage::kCore) core_steps.push_back(p.items[0].step);
+    // Lookahead: steps 0,1 then step 2 runs regardless (the token does not join step 3).
+    EXPECT_EQ(core_steps, lookahead ? std::vector<int32_t>({0, 1, 2}) : std::vector<int32_t>({0, 1}));
+    EXPECT_EQ(s.request(0).depths, std::vector<int32_t>({6, lookahead ? 3 : 2}));
+  }
+  // Earliest decision (after step 1) gives the minimum exit depth 2 under lookahead.
+  Scheduler s(Config(SchedMode::kCdbRefill));
+  ASSERT_TRUE(s.AddRequest(Req(3, 3, 6)).ok());
+  FakeRunner f;
+  f.exit_after = [](RequestId, int64_t, int32_t) { return true; };
+  Drive(s, f);
+  EXPECT_EQ(s.request(0).depths, std::vector<int32_t>({6, 2, 2}));
+}
+
+TEST(Scheduler, RefillPriorityOrder) {
+  Scheduler s(Config(SchedMode::kCdbRefill, 4, 1));
+  FakeRunner f;
+  f.exit_after = [](RequestId r, int64_t, int32_t steps) { return steps >= 1 + r; };
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(s.AddRequest(Req(4, 4, 4)).ok());
+  Drive(s, f);
+  // With K=1, a core step never runs while an exited token waits.
+  std::vector<TokenEvent> ev;
+  Scheduler t(Config(SchedMode::kCdbRefill, 4, 1));
+  Plan p;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(t.AddRequest(Req(4, 6, 4)).ok());
+  for (int i = 0; i < 300 && t.HasWork(); ++i) {
+    t.Schedule(&p);
+    // After a prefill or a coda produced tokens (slots free): their prelude.
+    if (!t.ready().empty() && t.free_slots() > 0) {
+      EXPECT_EQ(p.stage, Stage::kPrelude);
+    }
+    if (!t.exited().empty() && (t.ready().empty() || t.free_slots() == 0)) {
+      EXPECT_EQ(p.stage, Stage::kCoda);
+    }
+    if (!t.waiting().empty() && t.exited().empty() && (t.ready().empty() || t.free_slots() == 0)) {
+      EXPECT_EQ(p.stage, Stage::kPrefill);
+    }
+    t.Update(p, f.Run(t, p), &ev);
+  }
+  EXPECT_FALSE(t.HasWork());
+}
+
+TEST(Scheduler, MinCodaBatchWaitsForKThenFlushes) {
+  SchedConfig c = Config(SchedMode::kCdbRefill, 8, 3);
+  c.flush_steps = 5;
+  Scheduler s(c);
+  FakeRunner f;
+  // Request 0 exits early (depth 2); the others run all 8 steps.
+  f.exit_after = [](RequestId r, int64_t, int32_t) { return r == 0; };
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(s.AddRequest(Req(2, 3, 8)).ok());
+  std::vector<TokenEvent> ev;
+  Plan p;
+  int64_t waited_max = 0;
+  for (int i = 0; i < 1000 && s.HasWork(); ++i) {
+    s.Schedule(&p);
+    if (p.stage == Stage::kCoda) {
+      const int64_t waited = s.steps() - s.request(s.exited().front()).coda_since;
+      waited_max = std::max(waited_max, waited);
+      // K reached, or flushed (age or nothing left looping).
+      EXPECT_TRUE(s.exited().size() >= 3 || waited >= 5 || s.looping().empty()) << p.ToString();
+    }
+    s.Update(p, f.Run(s, p), &ev);
+    s.CheckInvariants();
+  }
+  EXPECT_FALSE(s.HasWork());
+  EXPECT_LE(waited_max, 5);  // no token waits past the flush age
+  for (RequestId r = 0; r < 4; ++r) EXPECT_EQ(s.request(r).tokens.size(), 3u);
+}
+
+TEST(Scheduler, NoRefillCohortShrinksAndRunsOneCoda) {
+  Scheduler s(Config(SchedMode::kCdbNoRefill, 4));
+  FakeRunner f;
+  f.exit_after = [](RequestId r, int64_t, int32_t steps) { return steps >= 1 + r; };  // depths 2,3,4,4
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(s.AddRequest(Req(2, 2, 4)).ok());
+  Drive(s, f);
+  std::vector<size_t> core_sizes;
+  int codas = 0, preludes = 0;
+  for (const Plan& p : f.log) {
+    if (p.stage == Stage::kCore) core_sizes.push_back(p.items.size());
+    codas += p.stage == Stage::kCoda;
+    preludes += p.stage == Stage::kPrelude;
+  }
+  EXPECT_EQ(core_sizes, std::vector<size_t>({4, 4, 3, 2}));
+  EXPECT_EQ(codas, 1);
+  EXPECT_EQ(preludes, 1);
+  EXPECT_EQ(s.request(0).depths[1], 2);
+  EXPECT_EQ(s.request(1).depths[1], 3);
+  EXPECT_EQ(s.request(3).depths[1], 4);
+}
+
+TEST(Scheduler, CbIgnoresExitsAndRunsWholeTokens) {
+  Scheduler s(Config(SchedMode::kCb, 4));
+  FakeRunner f;
+  f.exit_after = [](RequestId, int64_t, int32_t) { return true; };
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(s.AddRequest(Req(2, 3, 4)).ok());
+  Drive(s, f);
+  for (RequestId r = 0; r < 4; ++r) EXPECT_EQ(s.request(r).depths, std::vector<int32_t>({4, 4, 4}));
+}
+
+TEST(Scheduler, PreemptsNewestAndResumesWithIdenticalOutput) {
+  // 12 blocks: two requests of prompt 4 growing to 4 + 9 positions cannot both fit.
+  Scheduler s(Config(SchedMode::kCdbRefill, 4, 1, 8));
+  FakeRunner f;
+  f.exit_after = [](RequestId r, int64_t pos, int32_t steps) { return (r + pos) % 2 == 0 && steps >= 2; };
+  ASSERT_TRUE(s.AddRequest(Req(4, 10, 4)).ok());
+  ASSERT_TRUE(s.AddRequest(Req(4, 10, 4)).ok());
+  auto ev = Drive(s, f);
+  EXPECT_GT(s.preemptions(), 0);
+  EXPECT_EQ(s.request(0).preemptions, 0);  // the oldest is never the victim
+  EXPECT_GT(s.request(1).preemptions, 0);
+  bool replayed = false;
+  for (const Plan& p : f.log)
+    for (const WorkItem& it : p.items) replayed = replayed || it.replay;
+  EXPECT_TRUE(replayed);
+  // Each output token was emitted exactly once, in order.
+  std::map<RequestId, std::vector<int32_t>> streamed;
+  for (const TokenEvent& e : ev) streamed[e.req].push_back(e.token);
+  for (RequestId r = 0; r < 2; ++r) {
+    EXPECT_EQ(streamed[r], s.request(r).tokens);
+    std::vector<int32_t> depths_alone;  // depth of token t: (r + pos) even -> 3 (lookahead), else 4
+    for (int64_t t = 0; t < 10; ++t) {
+      const int64_t pos = 4 + t - 1;
+      depths_alone.push_back(t == 0 ? 4 : ((r + pos) % 2 == 0 ? 3 : 4));
+    }
+    EXPECT_EQ(s.request(r).depths, depths_alone);
+  }
+}
+
+TEST(Scheduler, RejectsWhatCanNeverFitAndCancels) {
+  Scheduler s(Config(SchedMode::kCdbRefill, 4, 1, 8));
+  auto bad = s.AddRequest(Req(10, 10, 4));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("rejected"), std::string::npos);
+  const RequestId a = s.AddRequest(Req(3, 5, 4)).value();
+  const RequestId b = s.AddRequest(Req(3, 5, 4)).value();
+  FakeRunner f;
+  std::vector<TokenEvent> ev;
+  Plan p;
+  for (int i = 0; i < 4; ++i) {
+    s.Schedule(&p);
+    s.Update(p, f.Run(s, p), &ev);
+  }
+  ev.clear();
+  EXPECT_TRUE(s.Cancel(a, &ev));
+  EXPECT_FALSE(s.Cancel(a, &ev));
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].finish, FinishReason::kCancelled);
+  s.CheckInvariants();
+  Drive(s, f);
+  EXPECT_EQ(s.request(b).tokens.size(), 5u);
+  EXPECT_EQ(s.free_blocks(), 8);
+}
+
+}  // namespace
+}  // namespace fathom
