@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace fathom {
 
@@ -61,6 +63,43 @@ class KlExit final : public ExitPolicy {
 
  private:
   double t_;
+};
+
+// Replayed exit depths (benchmarks, tests): the i-th token (counting Reset calls from 0)
+// exits after depths[i] steps; past the end of the list the last depth repeats. `ahead`
+// is the number of steps between a decision and the exit (1 under the lookahead gate), so
+// the policy fires after step depths[i] - ahead and a depth below 1 + ahead is unreachable.
+// A fixed depth d is ReplayExit({d}, ahead).
+class ReplayExit final : public ExitPolicy {
+ public:
+  ReplayExit(std::vector<int32_t> depths, int32_t ahead)
+      : depths_(std::move(depths)), ahead_(ahead) {}
+  void Reset() override { cur_ = next_++; }
+  bool ShouldExit(int32_t step, const StepSignal&) override;
+  std::string Describe() const override;
+
+ private:
+  std::vector<int32_t> depths_;
+  int32_t ahead_;
+  int64_t next_ = 0, cur_ = 0;
+};
+
+// Exit depths drawn per token from a seeded distribution: min_depth plus a binomial count
+// of the max_depth - min_depth remaining steps, with mean `mean` (clamped to the range).
+// Depth of token i depends only on (seed, i), so it is independent of scheduling.
+class RandomDepthExit final : public ExitPolicy {
+ public:
+  RandomDepthExit(double mean, int32_t min_depth, int32_t max_depth, uint64_t seed, int32_t ahead);
+  void Reset() override { cur_ = next_++; }
+  bool ShouldExit(int32_t step, const StepSignal&) override { return step + ahead_ >= Depth(cur_); }
+  int32_t Depth(int64_t token) const;
+  std::string Describe() const override;
+
+ private:
+  double mean_, p_;
+  int32_t min_, max_, ahead_;
+  uint64_t seed_;
+  int64_t next_ = 0, cur_ = 0;
 };
 
 }  // namespace fathom

@@ -1,5 +1,6 @@
 #include "exec/generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
@@ -71,7 +72,8 @@ Result<GenerateResult> Generate(const Model& model, const GenerateOptions& opt) 
                          std::to_string(opt.max_tokens) + ") exceeds the model's " +
                          std::to_string(model.rope().max_positions()) + " positions");
   FATHOM_ASSIGN_OR_RETURN(int32_t loops, ResolveLoops(spec, opt.loops));
-  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<ExitPolicy> policy, MakePolicy(spec, opt));
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<ExitPolicy> own_policy, MakePolicy(spec, opt));
+  ExitPolicy* policy = opt.exit_policy ? opt.exit_policy.get() : own_policy.get();
 
   // KV for the whole sequence: every physical layer may hold every position.
   const int32_t block = 16;
@@ -122,12 +124,17 @@ Result<GenerateResult> Generate(const Model& model, const GenerateOptions& opt) 
     item.token = token;
     if (!kv->Grow(seq, item.pos + 1)) return Status::Error("internal: KV pool too small");
     FATHOM_RETURN_IF_ERROR(runner.Prelude({item}));
-    int32_t steps = loops;
+    int32_t steps = loops, exit_at = loops;
+    bool decided = false;
     if (policy) policy->Reset();
     for (int32_t r = 0; r < loops; ++r) {
       item.step = r;
       FATHOM_RETURN_IF_ERROR(runner.CoreStep({item}, policy && policy->needs_kl(), &step));
-      if (policy && policy->ShouldExit(r + 1, step.signals[0]) && r + 1 < loops) {
+      if (policy && !decided && policy->ShouldExit(r + 1, step.signals[0])) {
+        decided = true;
+        exit_at = std::min(loops, r + 1 + (opt.exit_lookahead ? 1 : 0));
+      }
+      if (r + 1 >= exit_at) {
         steps = r + 1;
         break;
       }

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "exec/exit_policy.h"
 #include "kernels/sampling.h"
 #include "kv/kv_layout.h"
 #include "model/model.h"
@@ -32,6 +34,12 @@ struct GenerateOptions {
   // KV layout; last-exited fills the slots an early exit skipped with the token's last state.
   KvLayout layout = KvLayout::kLastExited;
   int32_t shared_after = 1;  // first-then-shared: S
+  // An external exit policy (e.g. ReplayExit, or the same policy kind a batched engine
+  // uses); when set it replaces exit_threshold / criterion.
+  std::shared_ptr<ExitPolicy> exit_policy;
+  // Lookahead gate: a decision read after step r takes effect at r+2 (the token runs step
+  // r+1 regardless), as the CDB schedulers do; the minimum exit depth becomes 2.
+  bool exit_lookahead = false;
 };
 
 struct GenerateResult {

@@ -350,12 +350,18 @@ Status StageRunner::Prefill(const std::vector<PrefillChunk>& chunks, bool record
   return Status::Ok();
 }
 
+void StageRunner::HeadRows(int64_t n) {
+  head_.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) head_[static_cast<size_t>(i)] = i;
+}
+
 Status StageRunner::Prelude(const std::vector<DecodeItem>& items) {
   FATHOM_RETURN_IF_ERROR(CheckItems(items));
   const int64_t E = s_.hidden;
   const auto n = static_cast<int64_t>(items.size());
   rows_.clear();
-  std::vector<int32_t> ids;
+  std::vector<int32_t>& ids = ids_;
+  ids.clear();
   for (size_t i = 0; i < items.size(); ++i) {
     const DecodeItem& it = items[i];
     if (it.token < 0 || it.token >= s_.vocab)
@@ -373,8 +379,7 @@ Status StageRunner::Prelude(const std::vector<DecodeItem>& items) {
   }
   float* x = Grow(x_, n * E);
   Embed(ids.data(), n, x);
-  const std::vector<Row> rows = rows_;
-  for (int32_t l = 0; l < s_.n_prelude; ++l) Block(l, rows, x);
+  for (int32_t l = 0; l < s_.n_prelude; ++l) Block(l, rows_, x);
   for (int64_t i = 0; i < n; ++i) {
     const DecodeItem& it = items[static_cast<size_t>(i)];
     float* sx = slot_x_.data() + it.slot * E;
@@ -420,8 +425,7 @@ Status StageRunner::CoreStep(const std::vector<DecodeItem>& items, bool compute_
     }
     m_.weights().adapter.Forward(cat, n, x);
   }
-  const std::vector<Row> rows = rows_;
-  for (int32_t j = 0; j < s_.n_core; ++j) Block(s_.n_prelude + j, rows, x);
+  for (int32_t j = 0; j < s_.n_core; ++j) Block(s_.n_prelude + j, rows_, x);
   if (s_.loop.step_norm) RmsNorm(x, m_.weights().final_norm.data(), s_.norm_eps, n, E, x);
   out->signals.assign(static_cast<size_t>(n), StepSignal{});
   Signals(x, prev, n, out->signals.data());
@@ -432,23 +436,21 @@ Status StageRunner::CoreStep(const std::vector<DecodeItem>& items, bool compute_
     // KL(p_{r-1} || p_r) of the predictions from successive states (p_0 uniform). The coda
     // writes its KV at these positions; the token's final coda overwrites it.
     if (slot_logp_.empty()) slot_logp_.resize(static_cast<size_t>(num_slots_ * V));
-    std::vector<Row> coda_rows = rows;
-    for (Row& r : coda_rows) r.step = 0;
-    std::vector<int64_t> head(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) head[static_cast<size_t>(i)] = i;
+    for (Row& r : rows_) r.step = 0;  // the coda has one step
+    HeadRows(n);
     float* logits = Grow(logits_, n * V);
-    CodaAndHead(coda_rows, x, head, logits);
-    std::vector<float> logp(static_cast<size_t>(V));
+    CodaAndHead(rows_, x, head_, logits);
+    float* logp = Grow(logp_, V);
     for (int64_t i = 0; i < n; ++i) {
       const DecodeItem& it = items[static_cast<size_t>(i)];
       float* prev_logp = slot_logp_.data() + it.slot * V;
       if (it.step == 0) std::fill_n(prev_logp, V, -std::log(static_cast<float>(V)));
-      LogSoftmax(logits + i * V, V, logp.data());
+      LogSoftmax(logits + i * V, V, logp);
       double kl = 0;
       for (int64_t t = 0; t < V; ++t)
-        kl += std::exp(static_cast<double>(prev_logp[t])) * (prev_logp[t] - logp[static_cast<size_t>(t)]);
+        kl += std::exp(static_cast<double>(prev_logp[t])) * (prev_logp[t] - logp[t]);
       out->signals[static_cast<size_t>(i)].kl = static_cast<float>(kl);
-      std::copy_n(logp.data(), V, prev_logp);
+      std::copy_n(logp, V, prev_logp);
     }
   }
   return Status::Ok();
@@ -462,7 +464,7 @@ Status StageRunner::Coda(const std::vector<DecodeItem>& items, CodaResult* out) 
   for (const DecodeItem& it : items) rows_.push_back({it.seq, it.pos, 0, TokenPhase::kDecode});
   FATHOM_RETURN_IF_ERROR(CheckRows(rows_));
   // The layout's rule for the loop steps an early exit skipped (last-exited: copy).
-  std::vector<std::pair<int32_t, int32_t>> copies;
+  std::vector<std::pair<int32_t, int32_t>>& copies = copies_;
   for (const DecodeItem& it : items) {
     if (!s_.loop.looped || it.step >= Info(it.seq).loops) continue;
     copies.clear();
@@ -473,11 +475,9 @@ Status StageRunner::Coda(const std::vector<DecodeItem>& items, CodaResult* out) 
   float* x = Grow(x_, n * E);
   for (int64_t i = 0; i < n; ++i)
     std::copy_n(slot_x_.data() + items[static_cast<size_t>(i)].slot * E, E, x + i * E);
-  std::vector<int64_t> head(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) head[static_cast<size_t>(i)] = i;
+  HeadRows(n);
   out->logits.resize(static_cast<size_t>(n * V));
-  const std::vector<Row> rows = rows_;
-  CodaAndHead(rows, x, head, out->logits.data());
+  CodaAndHead(rows_, x, head_, out->logits.data());
   out->tokens.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const DecodeItem& it = items[static_cast<size_t>(i)];

@@ -105,6 +105,7 @@ class StageRunner {
   void CodaAndHead(const std::vector<Row>& rows, float* x, const std::vector<int64_t>& head_rows,
                    float* logits);
   Status CheckRows(const std::vector<Row>& rows) const;
+  void HeadRows(int64_t n);  // head_ = 0 .. n-1
   Status CheckItems(const std::vector<DecodeItem>& items) const;
   SeqInfo& Info(KvManager::SeqId seq);
   int32_t SlotDepth(int32_t step) const;  // the depth index a core slot at `step` stores
@@ -118,12 +119,15 @@ class StageRunner {
   std::vector<float> slot_logp_;        // [num_slots, V], allocated on the first KL request
   std::unordered_map<KvManager::SeqId, SeqInfo> seqs_;
   // Scratch, grown on demand and kept (no allocation in the steady state).
-  std::vector<float> x_, e_, prev_, h_, qkv_, q_, k_, attn_, o_, gate_up_, act_, cat_, logits_;
+  std::vector<float> x_, e_, prev_, h_, qkv_, q_, k_, attn_, o_, gate_up_, act_, cat_, logits_, logp_;
   std::vector<int32_t> pos_;
   std::vector<KeySegment> segs_;
   std::vector<KvSegment> kv_segs_;
   std::vector<PagedAttentionRow> att_rows_;
   std::vector<Row> rows_;
+  std::vector<int32_t> ids_;
+  std::vector<int64_t> head_;
+  std::vector<std::pair<int32_t, int32_t>> copies_;
 };
 
 }  // namespace fathom
