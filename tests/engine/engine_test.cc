@@ -4,10 +4,14 @@
 // checkpoints, under the depth-indexed and last-exited layouts, with many concurrent
 // requests, and with a KV pool small enough to force preemptions.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <map>
 #include <memory>
+#include <cstdio>
 #include <random>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
 #include "exec/generate.h"
@@ -25,6 +29,7 @@ struct Loaded {
 
 const Model& TinyModel(const std::string& family) {
   static std::map<std::string, std::unique_ptr<Loaded>> cache;
+  omp_set_num_threads(1);  // tiny models: threads only add synchronization on a shared machine
   auto& slot = cache[family];
   if (!slot) {
     slot = std::make_unique<Loaded>();
@@ -232,6 +237,54 @@ TEST(Engine, CancelFreesEverything) {
   EXPECT_EQ((*e)->request(b).tokens.size(), 20u);
   EXPECT_EQ((*e)->kv().bytes_used(), 0u);
   EXPECT_GT((*e)->stats().schedule_seconds, 0);
+}
+
+}  // namespace
+}  // namespace fathom
+
+namespace fathom {
+namespace {
+
+TEST(Cli, GenerateRequestsMatchesSingleRequestGeneration) {
+  TempDir dir;
+  testing::MakeTinyModel("ouro", dir / "model", DType::kF32);
+  {
+    FILE* f = std::fopen((dir / "req.jsonl").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("{\"id\": \"r1\", \"prompt_ids\": [1, 2, 3], \"max_tokens\": 6, \"temperature\": 0, \"loops\": 4}\n"
+               "\n"
+               "{\"id\": \"r2\", \"prompt_ids\": [4, 5], \"max_tokens\": 5, \"exit_threshold\": 0.5}\n"
+               "{\"id\": \"r3\", \"prompt_ids\": [7], \"max_tokens\": 4, \"exit_trace\": [2, 3]}\n", f);
+    std::fclose(f);
+  }
+  for (const char* sched : {"cb", "cdb-norefill", "cdb-refill"}) {
+    const auto res = testing::RunCommand(testing::FathomBinary() + " generate --model " + (dir / "model") +
+                                         " --requests " + (dir / "req.jsonl") + " --scheduler " + sched +
+                                         " --k 2 --width 2 --threads 1 --json");
+    ASSERT_EQ(res.exit_code, 0) << res.output;
+    const auto j = nlohmann::json::parse(res.output);
+    ASSERT_EQ(j["requests"].size(), 3u);
+    EXPECT_EQ(j["requests"][0]["id"], "r1");
+    EXPECT_EQ(j["requests"][0]["output_ids"].size(), 6u);
+    EXPECT_EQ(j["requests"][2]["exit_depths"],
+              nlohmann::json(std::string(sched) == "cb" ? std::vector<int>{4, 4, 4, 4} : std::vector<int>{4, 2, 3, 3}));
+    EXPECT_TRUE(j["summary"].contains("scheduler_time_share"));
+    EXPECT_TRUE(j["summary"].contains("mean_batch_size"));
+    // r1 (no exits) equals single-request generation.
+    const auto one = testing::RunCommand(testing::FathomBinary() + " generate --model " + (dir / "model") +
+                                         " --prompt-ids 1,2,3 --max-tokens 6 --loops 4 --threads 1 --json");
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    EXPECT_EQ(nlohmann::json::parse(one.output)["output_ids"], j["requests"][0]["output_ids"]);
+  }
+  {
+    FILE* f = std::fopen((dir / "bad.jsonl").c_str(), "w");
+    std::fputs("{\"id\": \"r1\", \"prompt_ids\": [1]}\n{\"id\": \"r2\", \"prompt_ids\": [1], \"max_tokens\": \"x\"}\n", f);
+    std::fclose(f);
+  }
+  const auto bad = testing::RunCommand(testing::FathomBinary() + " generate --model " + (dir / "model") +
+                                       " --requests " + (dir / "bad.jsonl") + " --threads 1");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("line 2: field 'max_tokens'"), std::string::npos) << bad.output;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cmd_requests.h"
 #include "commands.h"
 #include "exec/generate.h"
 #include "flags.h"
@@ -34,6 +35,9 @@ Result<ExitCriterion> ParseCriterion(const std::string& v) {
 }  // namespace
 
 int RunGenerate(const std::vector<std::string>& args) {
+  // --requests FILE: many requests through the batched engine (cmd_requests.cc).
+  for (const std::string& a : args)
+    if (a == "--requests" || a.rfind("--requests=", 0) == 0) return RunGenerateRequests(args);
   std::string model_dir, prompt_text, init = "zero", criterion = "auto";
   int64_t max_tokens = 16, loops = 0, top_k = 0, seed = 0, threads = 0;
   double exit_threshold = -1, temperature = 0, top_p = 1;

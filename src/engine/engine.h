@@ -1,0 +1,124 @@
+// Engine: many requests through one model. It owns the KV manager, the StageRunner and a
+// Scheduler, and its step loop reads in one breath:
+//
+//   Step():  plan = scheduler.Schedule()      (plain data; nothing mutated)
+//            outcome = Execute(plan)          (preempt / grow KV, one runner stage, sampling,
+//                                              exit decisions by each request's policy)
+//            scheduler.Update(plan, outcome)  (queues advance; tokens and finishes emitted)
+//
+// Per request it keeps what the scheduler must not touch: the prompt ids, a Sampler seeded
+// by the request (so its tokens do not depend on batching), its exit policy object and its
+// KV sequence. Buffers are members reused across steps (no allocation in the steady state
+// beyond the runner's own scratch growth and the output vectors).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/exit_spec.h"
+#include "exec/stage_runner.h"
+#include "kernels/sampling.h"
+#include "kv/kv_layout.h"
+#include "kv/kv_manager.h"
+#include "model/model.h"
+#include "sched/scheduler.h"
+
+namespace fathom {
+
+struct EngineOptions {
+  SchedMode mode = SchedMode::kCdbRefill;
+  int32_t width = 8;             // W: decode tokens in flight (runner state slots)
+  int32_t min_coda = 1;          // K (cdb-refill)
+  int32_t flush_steps = 4;       // cdb-refill coda flush age, in steps
+  bool lookahead = true;         // exit decided after step r takes effect at r+2
+  int64_t prefill_budget = 256;  // prompt tokens per prefill step
+  int32_t max_depth = 0;         // KV depth r_max; 0: the model's default loop count
+  KvLayout layout = KvLayout::kLastExited;
+  int32_t shared_after = 1;
+  size_t kv_bytes = 0;           // KV pool; 0: 4096 blocks
+  int32_t block_size = 16;
+};
+
+struct RequestSpec {
+  std::string name;             // a label for printing (e.g. the JSON "id")
+  std::vector<int32_t> prompt;
+  int32_t max_tokens = 16;
+  SamplingParams sampling;
+  uint64_t seed = 0;
+  std::vector<int32_t> stop_ids;
+  bool stop_at_eos = true;
+  int32_t loops = 0;            // 0: the engine's max_depth
+  ExitSpec exit;
+  std::optional<uint64_t> init_seed;  // Huginn's random initial state
+};
+
+struct StageStats {
+  int64_t runs = 0, rows = 0;  // stage executions and rows (tokens) in them
+  double seconds = 0;
+};
+
+struct EngineStats {
+  StageStats stage[5];         // indexed by Stage
+  int64_t steps = 0, output_tokens = 0, decode_tokens = 0, depth_sum = 0, preemptions = 0;
+  double seconds = 0, schedule_seconds = 0;  // total Step() time; Schedule + Update time
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& opt);
+
+  // Validates the request (errors name the field) and queues it. A request that could
+  // never fit in the KV pool is rejected here.
+  Result<RequestId> AddRequest(RequestSpec r);
+  bool Cancel(RequestId id);
+  // One scheduling step. Appends this step's token events to events() (cleared first).
+  Status Step();
+  Status RunToCompletion();
+  bool HasWork() const { return sched_.HasWork(); }
+
+  const std::vector<TokenEvent>& events() const { return events_; }
+  const SchedRequestState& request(RequestId id) const { return sched_.request(id); }
+  const std::string& name(RequestId id) const { return reqs_[static_cast<size_t>(id)].spec.name; }
+  const EngineStats& stats() const { return stats_; }
+  const Scheduler& scheduler() const { return sched_; }
+  const Plan& last_plan() const { return plan_; }
+  const KvManager& kv() const { return *kv_; }
+  int32_t max_depth() const { return max_depth_; }
+
+ private:
+  struct Req {
+    RequestSpec spec;
+    int32_t loops = 0;
+    std::unique_ptr<Sampler> sampler;
+    std::unique_ptr<ExitPolicy> policy;
+    KvManager::SeqId seq = -1;
+  };
+  Engine(const Model& model, const EngineOptions& opt, int32_t max_depth, std::unique_ptr<KvManager> kv);
+  Status Execute(const Plan& plan, Outcome* out);
+  void ReleaseKv(RequestId id);
+  DecodeItem Item(const WorkItem& w);
+
+  const Model& model_;
+  EngineOptions opt_;
+  int32_t max_depth_;
+  std::unique_ptr<KvManager> kv_;
+  StageRunner runner_;
+  Scheduler sched_;
+  std::vector<Req> reqs_;
+  EngineStats stats_;
+  // Reused every step.
+  Plan plan_;
+  Outcome outcome_;
+  std::vector<TokenEvent> events_;
+  std::vector<PrefillChunk> chunks_;
+  std::vector<DecodeItem> items_;
+  PrefillResult prefill_;
+  CoreStepResult core_;
+  CodaResult coda_;
+};
+
+}  // namespace fathom

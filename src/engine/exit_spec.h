@@ -1,0 +1,40 @@
+// Per-request exit policy parameters (plain data, parsed from a request) and the factory
+// that turns them into an ExitPolicy (exec/exit_policy.h) for one model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "exec/exit_policy.h"
+#include "model/model_spec.h"
+
+namespace fathom {
+
+struct ExitSpec {
+  enum class Kind {
+    kNone,        // every token runs the request's loop count
+    kThreshold,   // the model's own signal: Ouro hazard q, Huginn latent diff
+    kHazard,      // Ouro cumulative exit probability >= threshold
+    kLatentDiff,  // Huginn latent change < threshold
+    kKl,          // KL between successive predictions < threshold
+    kFixed,       // every token exits at `depth`
+    kTrace,       // per-token depths from `trace`
+    kRandom,      // seeded depths with mean `mean`, at least `min_depth`
+  } kind = Kind::kNone;
+  double threshold = 0;
+  int32_t depth = 0;
+  std::vector<int32_t> trace;
+  double mean = 0;
+  int32_t min_depth = 1;
+  uint64_t seed = 0;
+};
+
+// Null for kNone. `lookahead`: decisions take effect one step later (replayed depths
+// account for it so the token exits at the depth asked for). Errors name the field.
+Result<std::unique_ptr<ExitPolicy>> MakeExitPolicy(const ModelSpec& spec, const ExitSpec& exit,
+                                                   int32_t loops, bool lookahead);
+
+}  // namespace fathom

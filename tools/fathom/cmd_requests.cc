@@ -1,0 +1,285 @@
+#include "cmd_requests.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <omp.h>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "flags.h"
+
+namespace fathom::cli {
+namespace {
+
+using nlohmann::json;
+
+Status FieldError(int64_t line, const std::string& field, const std::string& what) {
+  return Status::Error("line " + std::to_string(line) + ": field '" + field + "': " + what);
+}
+
+Result<int64_t> Int(const json& j, int64_t line, const std::string& f, int64_t lo, int64_t hi) {
+  if (!j.is_number_integer()) return FieldError(line, f, "expected an integer, found " + j.dump());
+  const auto v = j.get<int64_t>();
+  if (v < lo || v > hi)
+    return FieldError(line, f, std::to_string(v) + " outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
+}
+
+Result<double> Num(const json& j, int64_t line, const std::string& f, double lo, double hi) {
+  if (!j.is_number()) return FieldError(line, f, "expected a number, found " + j.dump());
+  const auto v = j.get<double>();
+  if (!(v >= lo && v <= hi)) return FieldError(line, f, j.dump() + " outside the accepted range");
+  return v;
+}
+
+Result<std::vector<int32_t>> Ids(const json& j, int64_t line, const std::string& f) {
+  if (!j.is_array()) return FieldError(line, f, "expected an array of integers");
+  std::vector<int32_t> out;
+  for (const json& e : j) {
+    if (!e.is_number_integer()) return FieldError(line, f, "expected integers, found " + e.dump());
+    const auto v = e.get<int64_t>();
+    if (v < 0 || v > INT32_MAX) return FieldError(line, f, "id " + std::to_string(v) + " out of range");
+    out.push_back(static_cast<int32_t>(v));
+  }
+  return out;
+}
+
+Result<RequestSpec> ParseOne(const json& j, int64_t line) {
+  if (!j.is_object()) return Status::Error("line " + std::to_string(line) + ": expected a JSON object");
+  RequestSpec r;
+  r.name = "line" + std::to_string(line);
+  bool has_threshold = false;
+  std::string criterion = "auto";
+  double threshold = 0;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& k = it.key();
+    const json& v = it.value();
+    if (k == "id") {
+      if (v.is_string()) r.name = v.get<std::string>();
+      else if (v.is_number_integer()) r.name = std::to_string(v.get<int64_t>());
+      else return FieldError(line, k, "expected a string or an integer");
+    } else if (k == "prompt_ids") {
+      FATHOM_ASSIGN_OR_RETURN(r.prompt, Ids(v, line, k));
+    } else if (k == "stop_ids") {
+      FATHOM_ASSIGN_OR_RETURN(r.stop_ids, Ids(v, line, k));
+    } else if (k == "max_tokens") {
+      FATHOM_ASSIGN_OR_RETURN(int64_t n, Int(v, line, k, 1, 1 << 20));
+      r.max_tokens = static_cast<int32_t>(n);
+    } else if (k == "temperature") {
+      FATHOM_ASSIGN_OR_RETURN(double t, Num(v, line, k, 0, 100));
+      r.sampling.temperature = static_cast<float>(t);
+    } else if (k == "top_p") {
+      FATHOM_ASSIGN_OR_RETURN(double t, Num(v, line, k, 1e-6, 1));
+      r.sampling.top_p = static_cast<float>(t);
+    } else if (k == "top_k") {
+      FATHOM_ASSIGN_OR_RETURN(int64_t n, Int(v, line, k, 0, 1 << 30));
+      r.sampling.top_k = static_cast<int32_t>(n);
+    } else if (k == "seed") {
+      FATHOM_ASSIGN_OR_RETURN(int64_t n, Int(v, line, k, 0, INT64_MAX));
+      r.seed = static_cast<uint64_t>(n);
+    } else if (k == "init_seed") {
+      FATHOM_ASSIGN_OR_RETURN(int64_t n, Int(v, line, k, 0, INT64_MAX));
+      r.init_seed = static_cast<uint64_t>(n);
+    } else if (k == "loops") {
+      FATHOM_ASSIGN_OR_RETURN(int64_t n, Int(v, line, k, 1, 4096));
+      r.loops = static_cast<int32_t>(n);
+    } else if (k == "ignore_eos") {
+      if (!v.is_boolean()) return FieldError(line, k, "expected true or false");
+      r.stop_at_eos = !v.get<bool>();
+    } else if (k == "exit_threshold") {
+      FATHOM_ASSIGN_OR_RETURN(threshold, Num(v, line, k, 0, 1e9));
+      has_threshold = true;
+    } else if (k == "exit_criterion") {
+      if (!v.is_string()) return FieldError(line, k, "expected auto, hazard, latent-diff or kl");
+      criterion = v.get<std::string>();
+      if (criterion != "auto" && criterion != "hazard" && criterion != "latent-diff" && criterion != "kl")
+        return FieldError(line, k, "expected auto, hazard, latent-diff or kl, found '" + criterion + "'");
+    } else if (k == "exit_depth") {
+      FATHOM_ASSIGN_OR_RETURN(int64_t n, Int(v, line, k, 1, 4096));
+      r.exit.kind = ExitSpec::Kind::kFixed;
+      r.exit.depth = static_cast<int32_t>(n);
+    } else if (k == "exit_trace") {
+      FATHOM_ASSIGN_OR_RETURN(r.exit.trace, Ids(v, line, k));
+      r.exit.kind = ExitSpec::Kind::kTrace;
+    } else if (k == "exit_mean") {
+      FATHOM_ASSIGN_OR_RETURN(r.exit.mean, Num(v, line, k, 0, 4096));
+      r.exit.kind = ExitSpec::Kind::kRandom;
+    } else if (k == "exit_min_depth") {
+      FATHOM_ASSIGN_OR_RETURN(int64_t n, Int(v, line, k, 1, 4096));
+      r.exit.min_depth = static_cast<int32_t>(n);
+    } else if (k == "exit_seed") {
+      FATHOM_ASSIGN_OR_RETURN(int64_t n, Int(v, line, k, 0, INT64_MAX));
+      r.exit.seed = static_cast<uint64_t>(n);
+    } else {
+      return FieldError(line, k, "unknown field");
+    }
+  }
+  if (!j.contains("prompt_ids")) return FieldError(line, "prompt_ids", "missing");
+  if (has_threshold) {
+    if (r.exit.kind != ExitSpec::Kind::kNone)
+      return FieldError(line, "exit_threshold", "combined with another exit policy");
+    r.exit.threshold = threshold;
+    r.exit.kind = criterion == "hazard"        ? ExitSpec::Kind::kHazard
+                  : criterion == "latent-diff" ? ExitSpec::Kind::kLatentDiff
+                  : criterion == "kl"          ? ExitSpec::Kind::kKl
+                                               : ExitSpec::Kind::kThreshold;
+  }
+  return r;
+}
+
+}  // namespace
+
+Result<std::vector<RequestSpec>> ParseRequests(const std::string& text) {
+  std::vector<RequestSpec> out;
+  std::istringstream in(text);
+  std::string s;
+  for (int64_t line = 1; std::getline(in, s); ++line) {
+    if (s.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json j = json::parse(s, nullptr, false);
+    if (j.is_discarded()) return Status::Error("line " + std::to_string(line) + ": not valid JSON");
+    FATHOM_ASSIGN_OR_RETURN(RequestSpec r, ParseOne(j, line));
+    out.push_back(std::move(r));
+  }
+  if (out.empty()) return Status::Error("no requests");
+  return out;
+}
+
+int RunGenerateRequests(const std::vector<std::string>& args) {
+  std::string model_dir, path, sched = "cdb-refill", layout_name = "last-exited";
+  int64_t k = 1, width = 8, kv_memory = 0, threads = 0, budget = 256, max_depth = 0, flush = 4;
+  bool json_out = false, same_step = false;
+  FlagSet flags(
+      "fathom generate",
+      "fathom generate --model DIR --requests FILE [--scheduler cb|cdb-norefill|cdb-refill]\n"
+      "                [--layout NAME] [--k K] [--width W] [--kv-memory BYTES] [--json]",
+      "Runs every request of FILE (one JSON object per line, e.g. {\"id\": \"r1\", \"prompt_ids\":\n"
+      "[1, 2, 3], \"max_tokens\": 16, \"temperature\": 0, \"loops\": 4} or \"exit_threshold\": 0.5)\n"
+      "through the batched engine and prints each request's output and exit depths, then a\n"
+      "summary: output tokens/s, mean exit depth, mean batch size per stage, preemptions and\n"
+      "the scheduler's share of the time.");
+  flags.String("--model", &model_dir, "Hugging Face model directory");
+  flags.String("--requests", &path, "file of JSON requests, one per line");
+  flags.String("--scheduler", &sched, "cb, cdb-norefill or cdb-refill (default)");
+  flags.String("--layout", &layout_name, "KV layout (default last-exited)");
+  flags.Int("--k", &k, "minimum coda batch K (cdb-refill; default 1)", 1, 1 << 20);
+  flags.Int("--width", &width, "decode width W: tokens in flight (default 8)", 1, 1 << 16);
+  flags.Int("--kv-memory", &kv_memory, "KV pool bytes (default: 4096 blocks)", 1, INT64_MAX);
+  flags.Int("--prefill-budget", &budget, "prompt tokens per prefill step (default 256)", 1, 1 << 24);
+  flags.Int("--flush-steps", &flush, "cdb-refill: coda flush age in steps (default 4)", 1, 1 << 20);
+  flags.Int("--max-depth", &max_depth, "KV depth r_max (default: the largest loops of any request)", 1, 4096);
+  flags.Bool("--same-step-exit", &same_step, "exit right after the deciding step (no lookahead gate)");
+  flags.Int("--threads", &threads, "worker threads (default: all cores)", 1, 1024);
+  flags.Bool("--json", &json_out, "print one JSON object");
+  for (const char* r : {"--model", "--requests"}) flags.Require(r);
+  if (Status s = flags.Parse(args); !s.ok()) return Fail("generate", s.message(), 2);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  auto mode = ParseSchedMode(sched);
+  if (!mode.ok()) return Fail("generate", "--" + mode.status().message(), 2);
+  auto layout = ParseKvLayout(layout_name);
+  if (!layout.ok()) return Fail("generate", "--layout: " + layout.status().message(), 2);
+  std::ifstream f(path);
+  if (!f) return Fail("generate", "--requests: cannot read '" + path + "'", 2);
+  std::stringstream buf;
+  buf << f.rdbuf();
+  auto reqs = ParseRequests(buf.str());
+  if (!reqs.ok()) return Fail("generate", path + ": " + reqs.status().message(), 2);
+  if (threads > 0) omp_set_num_threads(static_cast<int>(threads));
+
+  auto model = Model::Load(model_dir);
+  if (!model.ok()) return Fail("generate", model.status().message(), 1);
+  const ModelSpec& spec = (*model)->spec();
+  EngineOptions opt;
+  opt.mode = *mode;
+  opt.width = static_cast<int32_t>(width);
+  opt.min_coda = static_cast<int32_t>(k);
+  opt.flush_steps = static_cast<int32_t>(flush);
+  opt.lookahead = !same_step;
+  opt.prefill_budget = budget;
+  opt.layout = *layout;
+  opt.kv_bytes = static_cast<size_t>(kv_memory);
+  if (spec.loop.looped) {
+    int32_t depth = static_cast<int32_t>(max_depth);
+    if (depth == 0)
+      for (const RequestSpec& r : *reqs) depth = std::max(depth, r.loops > 0 ? r.loops : spec.loop.default_loops);
+    opt.max_depth = depth;
+  }
+  auto engine = Engine::Create(**model, opt);
+  if (!engine.ok()) return Fail("generate", engine.status().message(), 1);
+  Engine& e = **engine;
+  std::vector<RequestId> ids;
+  std::vector<std::string> errors(reqs->size());
+  for (size_t i = 0; i < reqs->size(); ++i) {
+    const std::string name = (*reqs)[i].name;
+    auto id = e.AddRequest((*reqs)[i]);
+    ids.push_back(id.ok() ? *id : -1);
+    if (!id.ok()) {
+      errors[i] = id.status().message();
+      std::fprintf(stderr, "fathom generate: request '%s': %s\n", name.c_str(), errors[i].c_str());
+    }
+  }
+  if (Status s = e.RunToCompletion(); !s.ok()) return Fail("generate", s.message(), 1);
+
+  const EngineStats& st = e.stats();
+  const double tps = st.seconds > 0 ? static_cast<double>(st.output_tokens) / st.seconds : 0;
+  const double mean_depth = st.decode_tokens ? static_cast<double>(st.depth_sum) / static_cast<double>(st.decode_tokens) : 0;
+  const double sched_share = st.seconds > 0 ? st.schedule_seconds / st.seconds : 0;
+  json batch = json::object();
+  for (Stage s : {Stage::kPrefill, Stage::kPrelude, Stage::kCore, Stage::kCoda}) {
+    const StageStats& ss = st.stage[static_cast<int>(s)];
+    batch[std::string(StageName(s))] = ss.runs ? static_cast<double>(ss.rows) / static_cast<double>(ss.runs) : 0.0;
+  }
+  json out_reqs = json::array();
+  for (size_t i = 0; i < reqs->size(); ++i) {
+    json j = {{"id", (*reqs)[i].name}};
+    if (ids[i] < 0) {
+      j["output_ids"] = json::array();
+      j["exit_depths"] = json::array();
+      j["finish_reason"] = "rejected";
+      j["error"] = errors[i];
+    } else {
+      const SchedRequestState& r = e.request(ids[i]);
+      j["output_ids"] = r.tokens;
+      j["exit_depths"] = r.depths;
+      j["finish_reason"] = std::string(FinishReasonName(r.finish));
+    }
+    out_reqs.push_back(j);
+  }
+  json summary = {{"scheduler", std::string(SchedModeName(*mode))},
+                  {"layout", std::string(KvLayoutName(*layout))},
+                  {"output_tokens", st.output_tokens},
+                  {"seconds", st.seconds},
+                  {"output_tokens_per_s", tps},
+                  {"mean_exit_depth", mean_depth},
+                  {"mean_batch_size", batch},
+                  {"steps", st.steps},
+                  {"preemptions", st.preemptions},
+                  {"scheduler_time_share", sched_share}};
+  if (json_out) {
+    std::printf("%s\n", json({{"requests", out_reqs}, {"summary", summary}}).dump().c_str());
+  } else {
+    for (const json& j : out_reqs) {
+      std::printf("%s: output ids %s\n", j["id"].get<std::string>().c_str(), j["output_ids"].dump().c_str());
+      if (spec.loop.looped) std::printf("  exit depths %s\n", j["exit_depths"].dump().c_str());
+      std::printf("  finish reason: %s\n", j["finish_reason"].get<std::string>().c_str());
+    }
+    std::printf("summary: %s, layout %s, %lld output tokens in %.3f s (%.1f tok/s), mean exit depth %.2f,\n",
+                sched.c_str(), layout_name.c_str(), static_cast<long long>(st.output_tokens), st.seconds, tps,
+                mean_depth);
+    std::printf("  mean batch size: prefill %.1f tokens, prelude %.1f, core %.1f, coda %.1f;\n",
+                batch["prefill"].get<double>(), batch["prelude"].get<double>(), batch["core"].get<double>(),
+                batch["coda"].get<double>());
+    std::printf("  %lld steps, %lld preemptions, scheduler time share %.2f%%\n", static_cast<long long>(st.steps),
+                static_cast<long long>(st.preemptions), 100 * sched_share);
+  }
+  for (const std::string& err : errors)
+    if (!err.empty()) return 1;
+  return 0;
+}
+
+}  // namespace fathom::cli
