@@ -58,23 +58,6 @@ void ScoreBlock(const float* q, const float* k, int64_t stride, int64_t t0, int6
   for (; t < t1; ++t) scores[t] = internal::Dot(q, k + t * stride, hd) * scale;
 }
 
-// p[t] = exp(p[t] - max) over n scores; returns Σ p[t].
-float ExpInPlace(float* p, int64_t n) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t t = 0; t < n; ++t) mx = std::max(mx, p[t]);
-  const __m256 vmx = _mm256_set1_ps(mx);
-  __m256 acc = _mm256_setzero_ps();
-  int64_t t = 0;
-  for (; t + 8 <= n; t += 8) {
-    const __m256 e = internal::Exp(_mm256_sub_ps(_mm256_loadu_ps(p + t), vmx));
-    _mm256_storeu_ps(p + t, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  float sum = internal::HSum(acc);
-  for (; t < n; ++t) sum += p[t] = internal::ExpScalar(p[t] - mx);
-  return sum;
-}
-
 // out[0..w) += Σ_t p[t] * v_t[c0..c0+w) for keys t0..t1-1, w <= kChunk floats held in NV
 // registers (the last one masked when w is not a multiple of 8).
 template <int NV>
@@ -127,7 +110,7 @@ void AttendUnit(const float* q, const float* k, const float* v, int64_t stride, 
     for (int64_t g = 0; g < hp; ++g)
       ScoreBlock(q + g * hd, k, stride, t0, std::min(n, t0 + kKeyBlock), hd, scale, scores + g * n);
   float inv_sum[64];  // hp <= n_heads / n_kv_heads; checked by the caller
-  for (int64_t g = 0; g < hp; ++g) inv_sum[g] = 1.f / ExpInPlace(scores + g * n, n);
+  for (int64_t g = 0; g < hp; ++g) inv_sum[g] = 1.f / internal::ExpShiftedInPlace(scores + g * n, n);
   for (int64_t t0 = 0; t0 < n; t0 += kKeyBlock)
     for (int64_t g = 0; g < hp; ++g)
       PvBlock(scores + g * n, v, stride, t0, std::min(n, t0 + kKeyBlock), hd, out + g * hd);

@@ -72,23 +72,6 @@ void Scores(const float* q, const float* const* k, int64_t n, int64_t hd, float 
   for (; t < n; ++t) p[t] = internal::Dot(q, k[t], hd) * scale;
 }
 
-// p[t] = exp(p[t] - max p), vectorized; returns the sum.
-float ExpNormalizer(float* p, int64_t n) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t t = 0; t < n; ++t) mx = std::max(mx, p[t]);
-  const __m256 vmx = _mm256_set1_ps(mx);
-  __m256 acc = _mm256_setzero_ps();
-  int64_t t = 0;
-  for (; t + 8 <= n; t += 8) {
-    const __m256 e = internal::Exp(_mm256_sub_ps(_mm256_loadu_ps(p + t), vmx));
-    _mm256_storeu_ps(p + t, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  float sum = internal::HSum(acc);
-  for (; t < n; ++t) sum += p[t] = internal::ExpScalar(p[t] - mx);
-  return sum;
-}
-
 // out[c .. c+8*NV) = sum_t w[t] * v_t[c .. c+8*NV), accumulated in NV registers.
 template <int NV>
 void WeightedSumChunk(const float* w, const float* const* v, int64_t n, int64_t c, float* out) {
@@ -124,7 +107,7 @@ void AttendGathered(const float* q, int64_t hp, int64_t hd, float scale, int64_t
   float* p = s.p.data();
   for (int64_t g = 0; g < hp; ++g) {
     Scores(q + g * hd, s.k.data(), n, hd, scale, p);
-    const float inv = 1.f / ExpNormalizer(p, n);
+    const float inv = 1.f / internal::ExpShiftedInPlace(p, n);
     for (int64_t t = 0; t < n; ++t) p[t] *= inv;
     WeightedSum(p, s.v.data(), n, hd, out + g * hd);
   }

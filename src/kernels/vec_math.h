@@ -94,4 +94,22 @@ inline void Axpy(float alpha, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = std::fma(alpha, x[i], y[i]);
 }
 
+// p[t] = exp(p[t] - max_t p[t]) over n values, in place; returns the sum (the softmax
+// normaliser). Shared by the attention kernels.
+inline float ExpShiftedInPlace(float* p, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t t = 0; t < n; ++t) mx = p[t] > mx ? p[t] : mx;
+  const __m256 vmx = _mm256_set1_ps(mx);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8) {
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(p + t), vmx));
+    _mm256_storeu_ps(p + t, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float sum = HSum(acc);
+  for (; t < n; ++t) sum += p[t] = ExpScalar(p[t] - mx);
+  return sum;
+}
+
 }  // namespace fathom::internal
