@@ -26,13 +26,13 @@ void RunCase(const Case& c, uint32_t seed) {
   for (float& x : v) x = u(rng);
   const PagedKvView view{k.data(), v.data(), stride, row, block};
 
-  // Three "sequences", each a random permutation of blocks; per-position step counts.
+  // Three block tables of 60 blocks each (random disjoint blocks); per-position step counts.
   std::vector<int32_t> perm(n_blocks);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
   std::vector<std::vector<int32_t>> tables = {{perm.begin(), perm.begin() + 60},
                                               {perm.begin() + 60, perm.begin() + 120},
-                                              {perm.begin() + 120, perm.begin() + 200}};
+                                              {perm.begin() + 120, perm.begin() + 180}};
   std::vector<int16_t> steps(2000);
   for (int16_t& s : steps) s = static_cast<int16_t>(rng() % 4);
 
