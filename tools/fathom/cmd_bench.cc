@@ -4,9 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_commands.h"
 #include "bench_harness.h"
 #include "commands.h"
 #include "core/bandwidth.h"
+#include "bench/speedup.h"
 #include "exec/generate.h"
 #include "flags.h"
 
@@ -111,19 +113,24 @@ int RunBenchDecode(const std::vector<std::string>& args) {
 int RunBenchStepLatency(const std::vector<std::string>& args) {
   std::string model_dir, batch_text = "1,2,4,8,16,32,64", ctx_text = "128,512,2048";
   int64_t threads = 2, reps = 5, kv_gb = 8;
-  bool json = false;
+  bool json = false, fit = false;
   FlagSet flags("fathom bench step-latency",
                 "fathom bench step-latency --model DIR [--batch 1,2,4,...,64] [--context 128,512,2048]\n"
-                "                          [--kv-gb 8] [--reps 5] [--threads 2] [--json]",
+                "                          [--kv-gb 8] [--reps 5] [--threads 2] [--fit] [--json]",
                 "Latency of one core (loop) step over a batch of decode tokens at each context\n"
                 "length: the median of --reps runs. Configurations whose KV cache (one loop\n"
-                "step's layers, f32) exceeds --kv-gb are skipped and reported as such.");
+                "step's layers, f32) exceeds --kv-gb are skipped and reported as such. --fit: least\n"
+                "squares of t = delta + gamma N_b + alpha_kv N_c over the measured points (N_b the\n"
+                "batch, N_c = N_b x context the KV tokens read) and the saturation batch per context,\n"
+                "B*(c) = delta / (gamma + alpha_kv c) (B* = delta / gamma at c = 0), plus a separate\n"
+                "fit t = delta_c + gamma_c N_b per context with B* = delta_c / gamma_c.");
   flags.String("--model", &model_dir, "Hugging Face model directory of a looped model");
   flags.String("--batch", &batch_text, "comma-separated batch sizes");
   flags.String("--context", &ctx_text, "comma-separated context lengths");
   flags.Int("--kv-gb", &kv_gb, "KV memory budget in GB (default 8)", 1, 1 << 20);
   flags.Int("--reps", &reps, "repetitions per configuration (default 5)", 1, 1000);
   flags.Int("--threads", &threads, "worker threads (default 2)", 1, 1024);
+  flags.Bool("--fit", &fit, "fit the latency model and report the saturation batch B*");
   flags.Bool("--json", &json, "print one JSON object");
   flags.Require("--model");
   if (Status s = flags.Parse(args); !s.ok()) return Fail("bench step-latency", s.message(), 2);
@@ -157,8 +164,43 @@ int RunBenchStepLatency(const std::vector<std::string>& args) {
         std::fflush(stdout);
       }
     }
+  nlohmann::json fit_json;
+  if (fit) {
+    std::vector<bench::StepPoint> all;
+    for (const auto& row : rows)
+      if (!row["skipped"].get<bool>()) {
+        const auto b = static_cast<double>(row["batch"].get<int64_t>());
+        all.push_back({b, b * static_cast<double>(row["context"].get<int64_t>()), row["step_ms"].get<double>() / 1e3});
+      }
+    auto f = bench::FitStepLatency(all);
+    if (!f.ok()) return Fail("bench step-latency", "--fit: " + f.status().message(), 1);
+    fit_json = {{"delta_ms", f->delta * 1e3}, {"gamma_ms", f->gamma * 1e3}, {"alpha_kv_us", f->alpha_kv * 1e6},
+                {"r2", f->r2}, {"b_star_no_context", f->delta / f->gamma}, {"per_context", nlohmann::json::array()}};
+    if (!json)
+      std::printf("fit: t = %.3f ms + %.4f ms x N_b + %.4f us x N_c   (R^2 %.4f; B* = delta/gamma = %.1f)\n",
+                  f->delta * 1e3, f->gamma * 1e3, f->alpha_kv * 1e6, f->r2, f->delta / f->gamma);
+    for (int64_t c : *contexts) {
+      std::vector<std::vector<double>> x;
+      std::vector<double> y;
+      for (const bench::StepPoint& p : all)
+        if (p.n_c == p.n_b * static_cast<double>(c)) x.push_back({1.0, p.n_b}), y.push_back(p.seconds);
+      nlohmann::json pc = {{"context", c}, {"b_star", f->SaturationBatch(static_cast<double>(c))}};
+      auto line = bench::LeastSquares(x, y);
+      if (line.ok()) pc["delta_c_ms"] = (*line)[0] * 1e3, pc["gamma_c_ms"] = (*line)[1] * 1e3,
+                     pc["b_star_context_fit"] = (*line)[0] / (*line)[1];
+      if (!json) {
+        std::printf("  context %6lld: B* = %.1f (global fit)", static_cast<long long>(c), pc["b_star"].get<double>());
+        if (line.ok())
+          std::printf("; own fit t = %.3f ms + %.4f ms x N_b, B* = %.1f", (*line)[0] * 1e3, (*line)[1] * 1e3,
+                      (*line)[0] / (*line)[1]);
+        std::printf("\n");
+      }
+      fit_json["per_context"].push_back(pc);
+    }
+  }
   if (json) {
     nlohmann::json j = {{"model", model_dir}, {"threads", threads}, {"results", rows}};
+    if (fit) j["fit"] = fit_json;
     std::printf("%s\n", j.dump().c_str());
   }
   return 0;
@@ -168,7 +210,7 @@ int RunBenchStepLatency(const std::vector<std::string>& args) {
 
 int RunBench(const std::vector<std::string>& args) {
   constexpr const char* kUsage =
-      "usage: fathom bench decode|step-latency [flags]   (fathom bench <name> --help)\n";
+      "usage: fathom bench decode|step-latency|offline|online|k-sweep [flags]   (fathom bench <name> --help)\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
@@ -176,7 +218,10 @@ int RunBench(const std::vector<std::string>& args) {
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "decode") return RunBenchDecode(rest);
   if (args[0] == "step-latency") return RunBenchStepLatency(rest);
-  return Fail("bench", "unknown benchmark '" + args[0] + "' (known: decode, step-latency)", 2);
+  if (args[0] == "offline") return RunBenchOffline(rest);
+  if (args[0] == "online") return RunBenchOnline(rest);
+  if (args[0] == "k-sweep") return RunBenchKSweep(rest);
+  return Fail("bench", "unknown benchmark '" + args[0] + "' (known: decode, step-latency, offline, online, k-sweep)", 2);
 }
 
 }  // namespace fathom::cli

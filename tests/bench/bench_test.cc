@@ -1,0 +1,204 @@
+#include <algorithm>
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "bench/driver.h"
+#include "bench/model_flops.h"
+#include "bench/speedup.h"
+#include "bench/workload.h"
+#include "model/family.h"
+
+namespace fathom::bench {
+namespace {
+
+struct Shapes {
+  std::vector<int64_t> in, out;
+};
+Shapes Sample(WorkloadKind k, int64_t n, uint64_t seed) {
+  Shapes s;
+  for (const RequestShape& r : GenerateWorkload(k, n, seed)) {
+    EXPECT_TRUE(PassesFilters(r)) << r.prompt << " " << r.output;
+    s.in.push_back(r.prompt);
+    s.out.push_back(r.output);
+  }
+  return s;
+}
+
+constexpr int64_t kN = 100000;
+
+TEST(Workload, AlpacaMeans) {
+  const Shapes s = Sample(WorkloadKind::kAlpaca, kN, 1);
+  EXPECT_NEAR(Mean(s.in), 19.3, 19.3 * 0.02);
+  EXPECT_NEAR(Mean(s.out), 58.5, 58.5 * 0.02);
+}
+
+TEST(Workload, ShareGptMeans) {
+  const Shapes s = Sample(WorkloadKind::kShareGpt, kN, 2);
+  EXPECT_NEAR(Mean(s.in), 161.3, 161.3 * 0.03);
+  EXPECT_NEAR(Mean(s.out), 338.0, 338.0 * 0.03);
+}
+
+TEST(Workload, ArxivQuantiles) {
+  const Shapes s = Sample(WorkloadKind::kArxiv, kN, 3);
+  EXPECT_NEAR(Quantile(s.in, 0.5), 7059, 7059 * 0.02);
+  EXPECT_NEAR(Quantile(s.in, 0.9), 12985, 12985 * 0.02);
+  EXPECT_NEAR(Quantile(s.out, 0.5), 208, 208 * 0.02);
+  EXPECT_NEAR(Quantile(s.out, 0.9), 371, 371 * 0.02);
+}
+
+TEST(Workload, FiltersHoldAndSeedsReproduce) {
+  for (WorkloadKind k : {WorkloadKind::kAlpaca, WorkloadKind::kShareGpt, WorkloadKind::kArxiv}) {
+    const auto a = GenerateWorkload(k, 20000, 7), b = GenerateWorkload(k, 20000, 7);
+    ASSERT_EQ(a.size(), 20000u);
+    int64_t min_in = 1 << 30, min_out = 1 << 30, max_total = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].prompt, b[i].prompt);
+      EXPECT_EQ(a[i].output, b[i].output);
+      min_in = std::min(min_in, a[i].prompt);
+      min_out = std::min(min_out, a[i].output);
+      max_total = std::max(max_total, a[i].prompt + a[i].output);
+    }
+    EXPECT_GE(min_in, kMinPrompt);
+    EXPECT_GE(min_out, kMinOutput);
+    EXPECT_LE(max_total, kMaxTotal);
+    // The filters bind at least somewhere for the short-prompt workloads.
+    if (k == WorkloadKind::kAlpaca) {
+      EXPECT_EQ(min_in, kMinPrompt);
+    }
+  }
+  const auto c = GenerateWorkload(WorkloadKind::kAlpaca, 100, 8), d = GenerateWorkload(WorkloadKind::kAlpaca, 100, 9);
+  int same = 0;
+  for (size_t i = 0; i < c.size(); ++i) same += c[i].prompt == d[i].prompt && c[i].output == d[i].output;
+  EXPECT_LT(same, 30);
+}
+
+TEST(Workload, PassesFilters) {
+  EXPECT_TRUE(PassesFilters({4, 4}));
+  EXPECT_FALSE(PassesFilters({3, 10}));
+  EXPECT_FALSE(PassesFilters({10, 3}));
+  EXPECT_TRUE(PassesFilters({16000, 384}));
+  EXPECT_FALSE(PassesFilters({16000, 385}));
+}
+
+TEST(Workload, SyntheticPromptAvoidsTokenAndIsInRange) {
+  const auto p = SyntheticPrompt(5000, 50, 7, 3);
+  ASSERT_EQ(p.size(), 5000u);
+  for (int32_t id : p) {
+    EXPECT_GE(id, 1);
+    EXPECT_LT(id, 50);
+    EXPECT_NE(id, 7);
+  }
+  EXPECT_EQ(p, SyntheticPrompt(5000, 50, 7, 3));
+  EXPECT_TRUE(ParseWorkload("arxiv").ok());
+  EXPECT_FALSE(ParseWorkload("nope").ok());
+}
+
+TEST(Normal, QuantileInvertsCdf) {
+  for (double p : {1e-6, 0.01, 0.1, 0.5, 0.9, 0.975, 0.999999})
+    EXPECT_NEAR(NormalCdf(NormalQuantile(p)), p, 1e-9 * std::max(1.0, p / 1e-6));
+  EXPECT_NEAR(NormalQuantile(0.975), 1.959964, 1e-5);
+}
+
+TEST(Speedup, HandComputed) {
+  // F_0 = 1, F_r = 10, r_max = 4, d = 2: (1 + 40) / (1 + 20) = 41/21.
+  EXPECT_DOUBLE_EQ(DecodeSpeedupBound(1, 10, 4, 2), 41.0 / 21.0);
+  EXPECT_DOUBLE_EQ(DecodeSpeedupBound(1, 10, 4, 4), 1.0);
+  // alpha = 0.2, S_dec = 2: 1 / (0.2 + 0.4) = 5/3.
+  EXPECT_DOUBLE_EQ(EndToEndBound(0.2, 2.0), 1.0 / 0.6);
+  EXPECT_DOUBLE_EQ(EndToEndBound(0.0, 3.0), 3.0);
+  EXPECT_DOUBLE_EQ(EndToEndBound(1.0, 3.0), 1.0);
+  // f1 = 0.1: w = (0.5 - 0.1) / 0.9 = 4/9; S = 1 / (0.2 + 0.8 * 4/9) = 45/25 = 1.8.
+  EXPECT_NEAR(EndToEndBoundRefined(0.2, 2.0, 0.1), 1.8, 1e-12);
+  EXPECT_DOUBLE_EQ(EndToEndBoundRefined(0.2, 2.0, 0.0), EndToEndBound(0.2, 2.0));
+}
+
+TEST(LeastSquares, RecoversExactPlaneAndRejectsSingular) {
+  // t = 2 ms + 0.5 ms * N_b + 0.001 ms * N_c, with small deterministic noise.
+  std::vector<StepPoint> pts;
+  int i = 0;
+  for (double b : {1, 2, 4, 8, 16, 32})
+    for (double ctx : {128, 512, 2048}) {
+      const double noise = ((i++ % 3) - 1) * 1e-6;
+      pts.push_back({b, b * ctx, 2e-3 + 0.5e-3 * b + 1e-6 * b * ctx + noise});
+    }
+  auto f = FitStepLatency(pts);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_NEAR(f->delta, 2e-3, 2e-6);
+  EXPECT_NEAR(f->gamma, 0.5e-3, 1e-6);
+  EXPECT_NEAR(f->alpha_kv, 1e-6, 1e-8);
+  EXPECT_GT(f->r2, 0.9999);
+  EXPECT_NEAR(f->SaturationBatch(0), 4.0, 0.02);
+  EXPECT_NEAR(f->SaturationBatch(500), 2e-3 / (0.5e-3 + 500e-6), 0.02);
+  // All points at one batch size and context: N_b and N_c are not separable.
+  EXPECT_FALSE(FitStepLatency({{4, 400, 1}, {4, 400, 1.1}, {4, 400, 0.9}}).ok());
+  EXPECT_FALSE(LeastSquares({}, {}).ok());
+  auto line = LeastSquares({{1, 0}, {1, 1}, {1, 2}}, {1, 3, 5});
+  ASSERT_TRUE(line.ok());
+  EXPECT_NEAR((*line)[0], 1, 1e-12);
+  EXPECT_NEAR((*line)[1], 2, 1e-12);
+}
+
+ModelSpec PresetSpec(const std::string& family, const std::string& preset) {
+  const Family* f = FindFamilyByName(family);
+  EXPECT_NE(f, nullptr);
+  auto cfg = f->preset_config(preset);
+  EXPECT_TRUE(cfg.ok());
+  auto spec = f->spec_from_config(JsonFields(*cfg, preset));
+  EXPECT_TRUE(spec.ok()) << spec.status().message();
+  return *spec;
+}
+
+TEST(Flops, OuroTinyByHand) {
+  // ouro tiny: hidden 64, inter 160, 2 layers (all core), 4 heads x 16, 2 kv heads, vocab 256.
+  const ModelSpec s = PresetSpec("ouro", "tiny");
+  const double layer = 2.0 * (64 * 64 + 64 * 32 + 64 * 32 + 64 * 64 + 3 * 64 * 160);  // q k v o, mlp
+  const StageFlops f = CountFlops(s);
+  EXPECT_DOUBLE_EQ(f.prelude, 0);
+  EXPECT_DOUBLE_EQ(f.core_step, 2 * layer + 2 * 64);  // + exit gate
+  EXPECT_DOUBLE_EQ(f.coda, 2.0 * 64 * 256);           // LM head
+}
+
+TEST(Flops, HuginnTinyByHand) {
+  // huginn tiny: n_embd 64, 4 heads (MHA), inter 128, vocab 256; 2-4-2 with a [64, 128] adapter.
+  const ModelSpec s = PresetSpec("huginn", "tiny");
+  const double layer = 2.0 * (4 * 64 * 64 + 3 * 64 * 128);
+  const StageFlops f = CountFlops(s);
+  EXPECT_DOUBLE_EQ(f.prelude, 2 * layer);
+  EXPECT_DOUBLE_EQ(f.core_step, 4 * layer + 2.0 * 64 * 128);
+  EXPECT_DOUBLE_EQ(f.coda, 2 * layer + 2.0 * 64 * 256);
+}
+
+TEST(Flops, RealShapesMatchPublishedRatios) {
+  const StageFlops o = CountFlops(PresetSpec("ouro", "ouro-1.4b"));
+  EXPECT_NEAR(o.f0() / o.fr(), 0.082, 0.002);
+  const StageFlops h = CountFlops(PresetSpec("huginn", "huginn-0125"));
+  EXPECT_NEAR(h.f0() / h.fr(), 1.18, 0.01);
+}
+
+
+TEST(Driver, PoissonArrivalsAndRequests) {
+  const auto a = PoissonArrivals(20000, 4.0, 5);
+  ASSERT_EQ(a.size(), 20000u);
+  EXPECT_TRUE(std::is_sorted(a.begin(), a.end()));
+  EXPECT_NEAR(a.back() / 20000.0, 0.25, 0.01);  // mean gap 1/rate
+  EXPECT_EQ(a, PoissonArrivals(20000, 4.0, 5));
+
+  const ModelSpec spec = PresetSpec("ouro", "tiny");
+  const auto shapes = GenerateWorkload(WorkloadKind::kAlpaca, 5, 1);
+  const auto reqs = MakeRequests(shapes, spec, {3.0, 2, 9}, 1);
+  ASSERT_EQ(reqs.size(), 5u);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(static_cast<int64_t>(reqs[i].prompt.size()), shapes[i].prompt);
+    EXPECT_EQ(reqs[i].max_tokens, shapes[i].output);
+    EXPECT_FALSE(reqs[i].stop_at_eos);
+    EXPECT_EQ(reqs[i].exit.kind, ExitSpec::Kind::kRandom);
+    EXPECT_DOUBLE_EQ(reqs[i].exit.mean, 3.0);
+    EXPECT_EQ(reqs[i].exit.min_depth, 2);
+  }
+  EXPECT_NE(reqs[0].exit.seed, reqs[1].exit.seed);
+  EXPECT_EQ(MakeRequests(shapes, spec, {0, 1, 0}, 1)[0].exit.kind, ExitSpec::Kind::kNone);
+}
+
+}  // namespace
+}  // namespace fathom::bench

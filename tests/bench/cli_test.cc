@@ -1,0 +1,105 @@
+// The `fathom bench` benchmark-suite subcommands end to end on tiny random models (fast).
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "model/test_util.h"
+
+namespace fathom {
+namespace {
+
+using testing::CommandResult;
+using testing::RunCommand;
+using testing::TempDir;
+
+CommandResult Fathom(const std::string& args) { return RunCommand(testing::FathomBinary() + " " + args); }
+
+// JSON objects, one per line of stdout (progress lines on stderr are not JSON objects).
+std::vector<nlohmann::json> JsonLines(const std::string& out) {
+  std::vector<nlohmann::json> v;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded()) v.push_back(j);
+  }
+  return v;
+}
+
+class BenchCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    ASSERT_EQ(Fathom("make-model ouro " + *dir_ / "ouro").exit_code, 0);
+    ASSERT_EQ(Fathom("make-model huginn " + *dir_ / "huginn").exit_code, 0);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static TempDir* dir_;
+};
+TempDir* BenchCli::dir_ = nullptr;
+
+TEST_F(BenchCli, HelpAndBadFlags) {
+  for (const char* cmd : {"bench offline", "bench online", "bench k-sweep"}) {
+    CommandResult r = Fathom(std::string(cmd) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << cmd << ": " << r.output;
+    EXPECT_NE(r.output.find("usage: fathom"), std::string::npos) << r.output;
+  }
+  CommandResult r = Fathom("bench offline --model " + *dir_ / "ouro" + " --workload nope");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--workload"), std::string::npos) << r.output;
+  r = Fathom("bench offline --model " + *dir_ / "ouro" + " --schedulers cb,xx");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--schedulers"), std::string::npos) << r.output;
+  r = Fathom("bench offline --model " + *dir_ / "ouro" + " --mean-depth 9");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--mean-depth"), std::string::npos) << r.output;
+}
+
+TEST_F(BenchCli, OfflineJsonHasOneObjectPerScheduler) {
+  for (const char* fam : {"ouro", "huginn"}) {
+    CommandResult r = Fathom("bench offline --model " + *dir_ / fam + " --requests 6 --mean-depth 3 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto rows = JsonLines(r.output);
+    ASSERT_EQ(rows.size(), 3u) << r.output;
+    EXPECT_EQ(rows[0]["scheduler"], "cb");
+    EXPECT_DOUBLE_EQ(rows[0]["ratio_to_cb"].get<double>(), 1.0);
+    for (const auto& j : rows) {
+      for (const char* k : {"scheduler", "output_tok_s", "ratio_to_cb", "s_dec", "s_e2e", "fraction_of_s_e2e",
+                            "control_ratio_to_cb", "alpha", "f0", "fr"})
+        EXPECT_TRUE(j.contains(k)) << k;
+      EXPECT_GT(j["output_tok_s"].get<double>(), 0);
+      EXPECT_GT(j["s_dec"].get<double>(), 1.0);
+      // Replayed lengths: every scheduler produces the same tokens count.
+      EXPECT_EQ(j["output_tokens"], rows[0]["output_tokens"]);
+    }
+    EXPECT_NEAR(rows[1]["mean_depth"].get<double>(), 3.0, 0.5);
+    EXPECT_NE(r.output.find("ETA"), std::string::npos);  // progress, on stderr
+  }
+}
+
+TEST_F(BenchCli, OnlineKSweepAndStepLatencyFit) {
+  CommandResult r = Fathom("bench online --model " + *dir_ / "ouro" + " --requests 4 --rates 100,400 --quiet --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto rows = JsonLines(r.output);
+  ASSERT_EQ(rows.size(), 6u);
+  for (const auto& j : rows)
+    for (const char* k : {"normalized_latency_s", "ttft_p50_s", "tpot_p90_s", "saturation_rate"}) EXPECT_TRUE(j.contains(k)) << k;
+  r = Fathom("bench k-sweep --model " + *dir_ / "huginn" + " --requests 4 --ks 1,2 --quiet --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  rows = JsonLines(r.output);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1]["k"], 2);
+  r = Fathom("bench step-latency --model " + *dir_ / "ouro" + " --batch 1,2,4 --context 16,64 --reps 1 --fit --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  rows = JsonLines(r.output);
+  ASSERT_EQ(rows.size(), 1u);
+  ASSERT_TRUE(rows[0].contains("fit")) << r.output;
+  EXPECT_EQ(rows[0]["fit"]["per_context"].size(), 2u);
+  EXPECT_TRUE(rows[0]["fit"].contains("delta_ms"));
+}
+
+}  // namespace
+}  // namespace fathom

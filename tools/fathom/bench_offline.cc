@@ -1,0 +1,245 @@
+// `fathom bench offline`: a whole synthetic workload queued at t = 0, run under each
+// scheduler; throughput against CB and against the bounds of DESIGN.md §5.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/driver.h"
+#include "bench/model_flops.h"
+#include "bench/speedup.h"
+#include "bench/workload.h"
+#include "bench_commands.h"
+#include "commands.h"
+#include "exec/generate.h"
+#include "flags.h"
+
+namespace fathom::cli {
+namespace {
+
+std::vector<std::string> SplitComma(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = std::min(s.find(',', start), s.size());
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int RunBenchOffline(const std::vector<std::string>& args) {
+  const std::string cmd = "bench offline";
+  std::string model_dir, workload_name = "alpaca", sched_text = "cb,cdb-norefill,cdb-refill",
+                         layout_name = "last-exited";
+  int64_t n = 32, k = 1, width = 8, min_depth = 2, max_depth = 0, seed = 0, threads = 1, budget = 256,
+          kv_mb = 0, flush = 4;
+  double mean_depth = 0;
+  bool json = false, no_control = false, quiet = false;
+  FlagSet flags(
+      "fathom " + cmd,
+      "fathom bench offline --model DIR [--workload alpaca|sharegpt|arxiv] [--requests N]\n"
+      "                     [--schedulers cb,cdb-norefill,cdb-refill] [--k K] [--width W]\n"
+      "                     [--layout L] [--mean-depth D] [--min-depth 2] [--no-control] [--json]",
+      "Queues N synthetic requests of the workload (seeded prompt and output lengths; output\n"
+      "lengths replayed: max_tokens = reference length, no EOS stop) at t = 0 and runs them\n"
+      "under each scheduler (CB always runs: it is the baseline). Every generated token exits\n"
+      "at a seeded random depth with mean --mean-depth (RandomDepthExit). Reports output\n"
+      "tokens/s and the ratio to CB; the prefill share alpha of CB's time; F_0 and F_r counted\n"
+      "from the model; S_dec = (F_0 + r_max F_r)/(F_0 + d F_r) at the measured mean depth d;\n"
+      "S_e2e = (alpha + (1 - alpha)/S_dec)^-1 and the fraction of it reached; and a no-exit\n"
+      "control (every token at r_max: each CDB scheduler against CB). Progress on stderr.");
+  flags.String("--model", &model_dir, "Hugging Face model directory of a looped model");
+  flags.String("--workload", &workload_name, "alpaca (default), sharegpt or arxiv");
+  flags.Int("--requests", &n, "number of requests (default 32)", 1, 1 << 24);
+  flags.String("--schedulers", &sched_text, "comma-separated: cb, cdb-norefill, cdb-refill (default all)");
+  flags.Int("--k", &k, "minimum coda batch K (cdb-refill; default 1)", 1, 1 << 20);
+  flags.Int("--width", &width, "decode width W (default 8)", 1, 1 << 16);
+  flags.String("--layout", &layout_name, "KV layout (default last-exited)");
+  flags.Double("--mean-depth", &mean_depth, "mean exit depth d (default (min-depth + r_max) / 2)", 1, 4096);
+  flags.Int("--min-depth", &min_depth, "minimum exit depth (default 2: the lookahead gate's)", 1, 4096);
+  flags.Int("--max-depth", &max_depth, "r_max (default: the model's loop count)", 1, 4096);
+  flags.Int("--seed", &seed, "workload and exit-trace seed (default 0)", 0, INT64_MAX);
+  flags.Int("--prefill-budget", &budget, "prompt tokens per prefill step (default 256)", 1, 1 << 24);
+  flags.Int("--flush-steps", &flush, "cdb-refill coda flush age (default 4)", 1, 1 << 20);
+  flags.Int("--kv-mb", &kv_mb, "KV pool MiB (default: the engine's 4096 blocks)", 1, 1 << 24);
+  flags.Int("--threads", &threads, "worker threads (default 1: on a shared 2-core machine OpenMP barriers\n"
+            "under contention cost far more than the second core gains)", 1, 1024);
+  flags.Bool("--no-control", &no_control, "skip the no-exit control runs");
+  flags.Bool("--quiet", &quiet, "no progress on stderr");
+  flags.Bool("--json", &json, "print one JSON object per scheduler, one per line");
+  flags.Require("--model");
+  if (Status s = flags.Parse(args); !s.ok()) return Fail(cmd, s.message(), 2);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  auto workload = bench::ParseWorkload(workload_name);
+  if (!workload.ok()) return Fail(cmd, "--workload: " + workload.status().message(), 2);
+  auto layout = ParseKvLayout(layout_name);
+  if (!layout.ok()) return Fail(cmd, "--layout: " + layout.status().message(), 2);
+  std::vector<SchedMode> modes = {SchedMode::kCb};
+  for (const std::string& name : SplitComma(sched_text)) {
+    auto m = ParseSchedMode(name);
+    if (!m.ok()) return Fail(cmd, "--schedulers: " + m.status().message(), 2);
+    if (std::find(modes.begin(), modes.end(), *m) == modes.end()) modes.push_back(*m);
+  }
+  omp_set_num_threads(static_cast<int>(threads));
+  auto model = Model::Load(model_dir);
+  if (!model.ok()) return Fail(cmd, model.status().message(), 1);
+  const Model& m = **model;
+  const ModelSpec& spec = m.spec();
+  if (!spec.loop.looped) return Fail(cmd, "--model: '" + model_dir + "' is not a looped model", 2);
+  auto r_max = ResolveLoops(spec, static_cast<int32_t>(max_depth));
+  if (!r_max.ok()) return Fail(cmd, "--max-depth: " + r_max.status().message(), 2);
+  if (min_depth > *r_max) return Fail(cmd, "--min-depth: above r_max " + std::to_string(*r_max), 2);
+  if (!flags.Seen("--mean-depth")) mean_depth = 0.5 * static_cast<double>(min_depth + *r_max);
+  if (mean_depth < static_cast<double>(min_depth) || mean_depth > *r_max)
+    return Fail(cmd, "--mean-depth: outside [--min-depth, r_max]", 2);
+
+  const auto shapes = bench::GenerateWorkload(*workload, n, static_cast<uint64_t>(seed));
+  const auto reqs = bench::MakeRequests(shapes, spec, {mean_depth, static_cast<int32_t>(min_depth), static_cast<uint64_t>(seed)},
+                                        static_cast<uint64_t>(seed));
+  const auto control_reqs = bench::MakeRequests(shapes, spec, {0, 1, 0}, static_cast<uint64_t>(seed));
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  for (const auto& s : shapes) prompt_tokens += s.prompt, output_tokens += s.output;
+
+  EngineOptions opt;
+  opt.width = static_cast<int32_t>(width);
+  opt.min_coda = static_cast<int32_t>(k);
+  opt.flush_steps = static_cast<int32_t>(flush);
+  opt.prefill_budget = budget;
+  opt.max_depth = *r_max;
+  opt.layout = *layout;
+  opt.kv_bytes = static_cast<size_t>(kv_mb) << 20;
+
+  const size_t runs = modes.size() * (no_control ? 1 : 2);
+  size_t run_i = 0;
+  double elapsed = 0;
+  auto run = [&](SchedMode mode, const std::vector<RequestSpec>& rs, const std::string& what) -> Result<bench::RunResult> {
+    EngineOptions o = opt;
+    o.mode = mode;
+    bench::ProgressOptions p;
+    p.enabled = !quiet;
+    p.prefix = "[";
+    p.prefix.append(std::to_string(++run_i)).append("/").append(std::to_string(runs)).append("]");
+    const std::string label = std::string(SchedModeName(mode)) + what;
+    if (!quiet) {
+      std::fprintf(stderr, "%s %s: %zu requests, %lld output tokens", p.prefix.c_str(), label.c_str(), rs.size(),
+                   static_cast<long long>(output_tokens));
+      // Whole-benchmark ETA from the runs so far (the no-exit controls run a little longer).
+      if (run_i > 1)
+        std::fprintf(stderr, "; ETA for the remaining runs %.0f s", elapsed / static_cast<double>(run_i - 1) *
+                                                                   static_cast<double>(runs - run_i + 1));
+      std::fprintf(stderr, "\n");
+    }
+    auto res = bench::RunWorkload(m, o, rs, {}, label, p);
+    if (res.ok()) elapsed += res->wall_seconds;
+    return res;
+  };
+  auto fail_run = [&](const Status& st) {
+    std::string msg = st.message();
+    if (msg.find("KV blocks") != std::string::npos) msg.append(" (raise --kv-mb)");
+    return Fail(cmd, msg, 1);
+  };
+  {  // Warm-up (page faults, primitive caches, thread start-up): a few requests, discarded.
+    std::vector<RequestSpec> warm(reqs.begin(), reqs.begin() + std::min<int64_t>(n, std::max<int64_t>(2, width / 2)));
+    for (RequestSpec& r : warm) r.max_tokens = std::min(r.max_tokens, 8);
+    EngineOptions o = opt;
+    o.mode = SchedMode::kCdbRefill;
+    auto w = bench::RunWorkload(m, o, warm, {}, "warm-up", {false, 1e9, ""});
+    if (!w.ok()) return fail_run(w.status());
+  }
+  std::vector<bench::RunResult> main_runs, control_runs;
+  for (SchedMode mode : modes) {
+    auto r = run(mode, reqs, "");
+    if (!r.ok()) return fail_run(r.status());
+    main_runs.push_back(std::move(*r));
+  }
+  if (!no_control)
+    for (SchedMode mode : modes) {
+      auto r = run(mode, control_reqs, " (no exits)");
+      if (!r.ok()) return fail_run(r.status());
+      control_runs.push_back(std::move(*r));
+    }
+
+  const bench::StageFlops flops = bench::CountFlops(spec);
+  const bench::RunResult& cb = main_runs[0];
+  const double alpha = cb.prefill_share;
+  // Prefill emits each request's first token; the rest come out of the coda.
+  const double f1 = static_cast<double>(n) / static_cast<double>(std::max<int64_t>(output_tokens, 1));
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < modes.size(); ++i) {
+    const bench::RunResult& r = main_runs[i];
+    // d: the mean exit depth the CDB runs measured (CB runs every token to r_max).
+    double d = mean_depth;
+    for (size_t j = 1; j < main_runs.size(); ++j) d = main_runs[j].mean_depth;
+    const double s_dec = bench::DecodeSpeedupBound(flops.f0(), flops.fr(), *r_max, d);
+    const double s_e2e = bench::EndToEndBound(alpha, s_dec);
+    const double ratio = r.output_tok_s() / cb.output_tok_s();
+    nlohmann::json j = {{"scheduler", std::string(SchedModeName(modes[i]))},
+                        {"model", model_dir},
+                        {"model_type", spec.model_type},
+                        {"workload", std::string(bench::WorkloadName(*workload))},
+                        {"requests", n},
+                        {"prompt_tokens", prompt_tokens},
+                        {"output_tokens", r.stats.output_tokens},
+                        {"width", width},
+                        {"k", k},
+                        {"layout", std::string(KvLayoutName(*layout))},
+                        {"r_max", *r_max},
+                        {"mean_depth_target", mean_depth},
+                        {"mean_depth", modes[i] == SchedMode::kCb ? static_cast<double>(*r_max) : r.mean_depth},
+                        {"seconds", r.wall_seconds},
+                        {"output_tok_s", r.output_tok_s()},
+                        {"ratio_to_cb", ratio},
+                        {"alpha", alpha},
+                        {"prefill_share", r.prefill_share},
+                        {"f0", flops.f0()},
+                        {"fr", flops.fr()},
+                        {"s_dec", s_dec},
+                        {"s_e2e", s_e2e},
+                        {"s_e2e_refined", bench::EndToEndBoundRefined(alpha, s_dec, f1)},
+                        {"fraction_of_s_e2e", ratio / s_e2e},
+                        {"preemptions", r.stats.preemptions}};
+    if (!no_control) {
+      j["control_output_tok_s"] = control_runs[i].output_tok_s();
+      j["control_ratio_to_cb"] = control_runs[i].output_tok_s() / control_runs[0].output_tok_s();
+    }
+    rows.push_back(j);
+  }
+  if (json) {
+    for (const auto& j : rows) std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("model %s (%s), workload %s: %lld requests, %lld prompt + %lld output tokens\n", model_dir.c_str(),
+              spec.model_type.c_str(), workload_name.c_str(), static_cast<long long>(n),
+              static_cast<long long>(prompt_tokens), static_cast<long long>(output_tokens));
+  std::printf("W %lld, K %lld, layout %s, r_max %d, mean exit depth target %.2f, min %lld\n",
+              static_cast<long long>(width), static_cast<long long>(k), layout_name.c_str(), *r_max, mean_depth,
+              static_cast<long long>(min_depth));
+  std::printf("F_0 %.3g, F_r %.3g FLOPs/token (F_0/F_r %.3f); CB prefill share alpha %.3f\n", flops.f0(), flops.fr(),
+              flops.f0() / flops.fr(), alpha);
+  std::printf("%-13s %10s %8s %7s %7s %7s %9s %7s", "scheduler", "tok/s", "vs CB", "depth", "S_dec", "S_e2e",
+              "of S_e2e", "prefill");
+  if (!no_control) std::printf(" %14s", "no-exit vs CB");
+  std::printf("\n");
+  for (const auto& j : rows) {
+    const bool is_cb = j["scheduler"] == "cb";  // the baseline: its fraction of S_e2e is not a result
+    std::printf("%-13s %10.1f %7.3fx %7.2f %7.3f %7.3f ", j["scheduler"].get<std::string>().c_str(),
+                j["output_tok_s"].get<double>(), j["ratio_to_cb"].get<double>(), j["mean_depth"].get<double>(),
+                j["s_dec"].get<double>(), j["s_e2e"].get<double>());
+    if (is_cb) std::printf("%9s", "-");
+    else std::printf("%8.1f%%", 100 * j["fraction_of_s_e2e"].get<double>());
+    std::printf(" %6.1f%%", 100 * j["prefill_share"].get<double>());
+    if (!no_control) std::printf(" %13.3fx", j["control_ratio_to_cb"].get<double>());
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace fathom::cli

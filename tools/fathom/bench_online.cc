@@ -1,0 +1,269 @@
+// `fathom bench online` (Poisson arrivals at several rates, each trace drained) and
+// `fathom bench k-sweep` (cdb-refill's minimum coda batch K against CB, offline).
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/driver.h"
+#include "bench/workload.h"
+#include "bench_commands.h"
+#include "commands.h"
+#include "exec/generate.h"
+#include "flags.h"
+
+namespace fathom::cli {
+namespace {
+
+// Flags shared by online and k-sweep.
+struct Common {
+  std::string model_dir, workload = "alpaca", layout = "last-exited";
+  int64_t n = 32, k = 1, width = 8, min_depth = 2, max_depth = 0, seed = 0, threads = 1, budget = 256;
+  double mean_depth = 0;
+  bool json = false, quiet = false;
+  void Declare(FlagSet& f) {
+    f.String("--model", &model_dir, "Hugging Face model directory of a looped model");
+    f.String("--workload", &workload, "alpaca (default), sharegpt or arxiv");
+    f.Int("--requests", &n, "number of requests (default 32)", 1, 1 << 24);
+    f.Int("--width", &width, "decode width W (default 8)", 1, 1 << 16);
+    f.String("--layout", &layout, "KV layout (default last-exited)");
+    f.Double("--mean-depth", &mean_depth, "mean exit depth (default (min-depth + r_max) / 2)", 1, 4096);
+    f.Int("--min-depth", &min_depth, "minimum exit depth (default 2)", 1, 4096);
+    f.Int("--max-depth", &max_depth, "r_max (default: the model's loop count)", 1, 4096);
+    f.Int("--seed", &seed, "workload, exit-trace and arrival seed (default 0)", 0, INT64_MAX);
+    f.Int("--prefill-budget", &budget, "prompt tokens per prefill step (default 256)", 1, 1 << 24);
+    f.Int("--threads", &threads, "worker threads (default 1)", 1, 1024);
+    f.Bool("--quiet", &quiet, "no progress on stderr");
+    f.Bool("--json", &json, "print JSON, one object per line");
+    f.Require("--model");
+  }
+};
+
+struct Setup {
+  std::unique_ptr<Model> model;
+  EngineOptions opt;
+  std::vector<RequestSpec> reqs;
+  int32_t r_max = 0;
+};
+
+Result<Setup> Prepare(Common& c, const FlagSet& flags) {
+  FATHOM_ASSIGN_OR_RETURN(bench::WorkloadKind w, bench::ParseWorkload(c.workload));
+  auto layout = ParseKvLayout(c.layout);
+  if (!layout.ok()) return Status::Error("--layout: " + layout.status().message());
+  omp_set_num_threads(static_cast<int>(c.threads));
+  Setup s;
+  FATHOM_ASSIGN_OR_RETURN(s.model, Model::Load(c.model_dir));
+  const ModelSpec& spec = s.model->spec();
+  if (!spec.loop.looped) return Status::Error("--model: not a looped model");
+  FATHOM_ASSIGN_OR_RETURN(s.r_max, ResolveLoops(spec, static_cast<int32_t>(c.max_depth)));
+  if (!flags.Seen("--mean-depth")) c.mean_depth = 0.5 * static_cast<double>(c.min_depth + s.r_max);
+  if (c.mean_depth < static_cast<double>(c.min_depth) || c.mean_depth > s.r_max)
+    return Status::Error("--mean-depth: outside [--min-depth, r_max]");
+  const auto seed = static_cast<uint64_t>(c.seed);
+  s.reqs = bench::MakeRequests(bench::GenerateWorkload(w, c.n, seed), spec,
+                               {c.mean_depth, static_cast<int32_t>(c.min_depth), seed}, seed);
+  s.opt.width = static_cast<int32_t>(c.width);
+  s.opt.min_coda = static_cast<int32_t>(c.k);
+  s.opt.prefill_budget = c.budget;
+  s.opt.max_depth = s.r_max;
+  s.opt.layout = *layout;
+  // Warm-up, discarded.
+  std::vector<RequestSpec> warm(s.reqs.begin(), s.reqs.begin() + std::min<int64_t>(c.n, 4));
+  for (RequestSpec& r : warm) r.max_tokens = std::min(r.max_tokens, 8);
+  FATHOM_RETURN_IF_ERROR(bench::RunWorkload(*s.model, s.opt, warm, {}, "warm-up", {false, 1e9, ""}).status());
+  return s;
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto i = static_cast<size_t>(std::clamp(q * static_cast<double>(v.size()) + 0.5, 1.0, static_cast<double>(v.size())));
+  return v[i - 1];
+}
+
+std::vector<std::string> SplitComma(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = std::min(s.find(',', start), s.size());
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string Prefix(size_t i, size_t n) {
+  std::string p = "[";
+  p.append(std::to_string(i)).append("/").append(std::to_string(n)).append("]");
+  return p;
+}
+
+}  // namespace
+
+int RunBenchOnline(const std::vector<std::string>& args) {
+  const std::string cmd = "bench online";
+  Common c;
+  std::string rates_text = "1,2,4", sched_text = "cb,cdb-norefill,cdb-refill";
+  double slo = 0;
+  FlagSet flags("fathom " + cmd,
+                "fathom bench online --model DIR [--rates 1,2,4] [--schedulers cb,cdb-norefill,cdb-refill]\n"
+                "                    [--workload alpaca] [--requests N] [--slo S] [common flags] [--json]",
+                "For each arrival rate (requests/s): N requests arrive at Poisson times\n"
+                "(exponential gaps with mean 1/rate, seeded) and the trace is drained under each\n"
+                "scheduler. Reports normalized latency = mean over requests of (end-to-end latency /\n"
+                "output tokens), TTFT and TPOT percentiles (p50, p90, p99), and per scheduler the\n"
+                "saturation rate: the highest rate tested whose normalized latency stays within --slo\n"
+                "seconds per token (default: 3x CB's normalized latency at the lowest rate).");
+  c.Declare(flags);
+  flags.String("--rates", &rates_text, "comma-separated arrival rates in requests/s (default 1,2,4)");
+  flags.String("--schedulers", &sched_text, "comma-separated schedulers (default all three)");
+  flags.Int("--k", &c.k, "minimum coda batch K (cdb-refill; default 1)", 1, 1 << 20);
+  flags.Double("--slo", &slo, "normalized-latency bound in s/token for the saturation rate", 0, 1e9);
+  if (Status s = flags.Parse(args); !s.ok()) return Fail(cmd, s.message(), 2);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  std::vector<double> rates;
+  for (const std::string& r : SplitComma(rates_text)) {
+    char* end = nullptr;
+    const double v = std::strtod(r.c_str(), &end);
+    if (end == r.c_str() || *end != '\0' || !(v > 0)) return Fail(cmd, "--rates: '" + r + "' is not a positive number", 2);
+    rates.push_back(v);
+  }
+  std::sort(rates.begin(), rates.end());
+  std::vector<SchedMode> modes;
+  for (const std::string& name : SplitComma(sched_text)) {
+    auto m = ParseSchedMode(name);
+    if (!m.ok()) return Fail(cmd, "--schedulers: " + m.status().message(), 2);
+    modes.push_back(*m);
+  }
+  if (rates.empty() || modes.empty()) return Fail(cmd, "--rates and --schedulers must not be empty", 2);
+  auto setup = Prepare(c, flags);
+  if (!setup.ok()) return Fail(cmd, setup.status().message(), 1);
+  nlohmann::json rows = nlohmann::json::array();
+  size_t run_i = 0;
+  for (double rate : rates) {
+    const auto arrivals = bench::PoissonArrivals(c.n, rate, static_cast<uint64_t>(c.seed));
+    for (SchedMode mode : modes) {
+      EngineOptions o = setup->opt;
+      o.mode = mode;
+      std::string label(SchedModeName(mode));
+      char rate_text[32];
+      std::snprintf(rate_text, sizeof rate_text, " @ %g req/s", rate);
+      label.append(rate_text);
+      auto r = bench::RunWorkload(*setup->model, o, setup->reqs, arrivals, label,
+                                  {!c.quiet, 2.0, Prefix(++run_i, rates.size() * modes.size())});
+      if (!r.ok()) return Fail(cmd, r.status().message(), 1);
+      std::vector<double> norm, ttft, tpot;
+      for (const bench::RequestTiming& t : r->requests) {
+        norm.push_back((t.finish - t.arrival) / static_cast<double>(std::max<int64_t>(t.output_tokens, 1)));
+        ttft.push_back(t.first_token - t.arrival);
+        if (t.output_tokens > 1) tpot.push_back((t.finish - t.first_token) / static_cast<double>(t.output_tokens - 1));
+      }
+      double mean_norm = 0;
+      for (double v : norm) mean_norm += v;
+      mean_norm /= static_cast<double>(std::max<size_t>(norm.size(), 1));
+      rows.push_back({{"scheduler", std::string(SchedModeName(mode))}, {"rate", rate},
+                      {"normalized_latency_s", mean_norm}, {"output_tok_s", r->output_tok_s()},
+                      {"seconds", r->wall_seconds}, {"mean_depth", r->mean_depth},
+                      {"ttft_p50_s", Percentile(ttft, 0.5)}, {"ttft_p90_s", Percentile(ttft, 0.9)},
+                      {"ttft_p99_s", Percentile(ttft, 0.99)}, {"tpot_p50_s", Percentile(tpot, 0.5)},
+                      {"tpot_p90_s", Percentile(tpot, 0.9)}, {"tpot_p99_s", Percentile(tpot, 0.99)}});
+    }
+  }
+  if (!flags.Seen("--slo")) {
+    slo = std::numeric_limits<double>::infinity();
+    for (const auto& row : rows)
+      if (row["rate"].get<double>() == rates[0] && row["scheduler"] == "cb") slo = 3 * row["normalized_latency_s"].get<double>();
+    if (slo == std::numeric_limits<double>::infinity()) slo = 3 * rows[0]["normalized_latency_s"].get<double>();
+  }
+  nlohmann::json sat = nlohmann::json::object();
+  for (SchedMode mode : modes) {
+    double best = 0;
+    for (const auto& row : rows)
+      if (row["scheduler"] == std::string(SchedModeName(mode)) && row["normalized_latency_s"].get<double>() <= slo)
+        best = std::max(best, row["rate"].get<double>());
+    sat[std::string(SchedModeName(mode))] = best;
+  }
+  if (c.json) {
+    for (auto& row : rows) {
+      row["saturation_rate"] = sat[row["scheduler"].get<std::string>()];
+      row["slo_s_per_token"] = slo;
+      row["workload"] = c.workload;
+      row["requests"] = c.n;
+      std::printf("%s\n", row.dump().c_str());
+    }
+    return 0;
+  }
+  std::printf("workload %s, %lld requests per trace, W %lld, K %lld, mean exit depth %.2f of r_max %d\n",
+              c.workload.c_str(), static_cast<long long>(c.n), static_cast<long long>(c.width),
+              static_cast<long long>(c.k), c.mean_depth, setup->r_max);
+  std::printf("%-13s %7s %11s %9s %9s %9s %9s %9s\n", "scheduler", "req/s", "norm ms/tok", "tok/s", "TTFT p50",
+              "TTFT p99", "TPOT p50", "TPOT p99");
+  for (const auto& row : rows)
+    std::printf("%-13s %7.2f %11.2f %9.1f %8.3fs %8.3fs %7.1fms %7.1fms\n", row["scheduler"].get<std::string>().c_str(),
+                row["rate"].get<double>(), 1e3 * row["normalized_latency_s"].get<double>(),
+                row["output_tok_s"].get<double>(), row["ttft_p50_s"].get<double>(), row["ttft_p99_s"].get<double>(),
+                1e3 * row["tpot_p50_s"].get<double>(), 1e3 * row["tpot_p99_s"].get<double>());
+  std::printf("saturation rate (highest tested rate with normalized latency <= %.2f ms/token):", 1e3 * slo);
+  for (SchedMode mode : modes)
+    std::printf(" %s %.2f", std::string(SchedModeName(mode)).c_str(), sat[std::string(SchedModeName(mode))].get<double>());
+  std::printf(" req/s\n");
+  return 0;
+}
+
+int RunBenchKSweep(const std::vector<std::string>& args) {
+  const std::string cmd = "bench k-sweep";
+  Common c;
+  std::string ks_text = "1,2,4,8";
+  FlagSet flags("fathom " + cmd,
+                "fathom bench k-sweep --model DIR [--ks 1,2,4,8] [--workload alpaca] [--requests N]\n"
+                "                     [common flags] [--json]",
+                "Offline throughput of cdb-refill for each minimum coda batch K, against one CB run.");
+  c.Declare(flags);
+  flags.String("--ks", &ks_text, "comma-separated K values (default 1,2,4,8)");
+  if (Status s = flags.Parse(args); !s.ok()) return Fail(cmd, s.message(), 2);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  auto ks = ParseIntList("--ks", ks_text);
+  if (!ks.ok()) return Fail(cmd, ks.status().message(), 2);
+  for (int64_t k : *ks)
+    if (k < 1) return Fail(cmd, "--ks: K must be >= 1", 2);
+  auto setup = Prepare(c, flags);
+  if (!setup.ok()) return Fail(cmd, setup.status().message(), 1);
+  const size_t runs = ks->size() + 1;
+  EngineOptions o = setup->opt;
+  o.mode = SchedMode::kCb;
+  auto cb = bench::RunWorkload(*setup->model, o, setup->reqs, {}, "cb", {!c.quiet, 2.0, Prefix(1, runs)});
+  if (!cb.ok()) return Fail(cmd, cb.status().message(), 1);
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < ks->size(); ++i) {
+    o.mode = SchedMode::kCdbRefill;
+    o.min_coda = static_cast<int32_t>((*ks)[i]);
+    std::string label = "cdb-refill K=";
+    label.append(std::to_string((*ks)[i]));
+    auto r = bench::RunWorkload(*setup->model, o, setup->reqs, {}, label, {!c.quiet, 2.0, Prefix(i + 2, runs)});
+    if (!r.ok()) return Fail(cmd, r.status().message(), 1);
+    rows.push_back({{"scheduler", "cdb-refill"}, {"k", (*ks)[i]}, {"output_tok_s", r->output_tok_s()},
+                    {"cb_output_tok_s", cb->output_tok_s()}, {"ratio_to_cb", r->output_tok_s() / cb->output_tok_s()},
+                    {"mean_depth", r->mean_depth}, {"workload", c.workload}, {"width", c.width}});
+  }
+  if (c.json) {
+    for (const auto& row : rows) std::printf("%s\n", row.dump().c_str());
+    return 0;
+  }
+  std::printf("workload %s, %lld requests, W %lld; CB %.1f tok/s\n%6s %10s %8s\n", c.workload.c_str(),
+              static_cast<long long>(c.n), static_cast<long long>(c.width), cb->output_tok_s(), "K", "tok/s", "vs CB");
+  for (const auto& row : rows)
+    std::printf("%6lld %10.1f %7.3fx\n", static_cast<long long>(row["k"].get<int64_t>()), row["output_tok_s"].get<double>(),
+                row["ratio_to_cb"].get<double>());
+  return 0;
+}
+
+}  // namespace fathom::cli
