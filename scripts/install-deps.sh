@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages fathom builds and tests with; does nothing when all are there.
 set -euo pipefail
-packages=(cmake ninja-build g++ libgtest-dev libdnnl-dev nlohmann-json3-dev python3-torch python3-numpy)
+packages=(cmake ninja-build g++ libgtest-dev libdnnl-dev nlohmann-json3-dev python3-torch python3-numpy python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
