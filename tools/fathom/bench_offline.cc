@@ -17,21 +17,6 @@
 #include "flags.h"
 
 namespace fathom::cli {
-namespace {
-
-std::vector<std::string> SplitComma(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t end = std::min(s.find(',', start), s.size());
-    if (end > start) out.push_back(s.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
-
-}  // namespace
-
 int RunBenchOffline(const std::vector<std::string>& args) {
   const std::string cmd = "bench offline";
   std::string model_dir, workload_name = "alpaca", sched_text = "cb,cdb-norefill,cdb-refill",

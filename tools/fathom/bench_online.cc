@@ -84,17 +84,6 @@ double Percentile(std::vector<double> v, double q) {
   return v[i - 1];
 }
 
-std::vector<std::string> SplitComma(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t end = std::min(s.find(',', start), s.size());
-    if (end > start) out.push_back(s.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
-
 std::string Prefix(size_t i, size_t n) {
   std::string p = "[";
   p.append(std::to_string(i)).append("/").append(std::to_string(n)).append("]");

@@ -1,5 +1,6 @@
 #include "flags.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -136,6 +137,17 @@ std::string FlagSet::Help() const {
   }
   os << "  --help\n      print this help\n";
   return os.str();
+}
+
+std::vector<std::string> SplitComma(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = std::min(s.find(',', start), s.size());
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
 }
 
 Result<std::vector<int64_t>> ParseIntList(const std::string& flag, const std::string& text) {

@@ -46,6 +46,8 @@ class FlagSet {
   bool help_ = false;
 };
 
+// "a,b,,c" -> {"a", "b", "c"} (empty items dropped).
+std::vector<std::string> SplitComma(const std::string& s);
 // "1,2,3" -> {1, 2, 3}; errors name the flag and the bad element.
 Result<std::vector<int32_t>> ParseIdList(const std::string& flag, const std::string& text);
 Result<std::vector<int64_t>> ParseIntList(const std::string& flag, const std::string& text);
