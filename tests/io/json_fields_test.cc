@@ -2,6 +2,8 @@
 #include "io/json_fields.h"
 
 #include <gtest/gtest.h>
+
+#include "io_test_util.h"
 #include <stdlib.h>
 
 #include <filesystem>
@@ -14,41 +16,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-::testing::AssertionResult ContainsAll(const std::string& message,
-                                       const std::vector<std::string>& parts) {
-  for (const std::string& part : parts) {
-    if (message.find(part) == std::string::npos) {
-      return ::testing::AssertionFailure()
-             << "message \"" << message << "\"\n  lacks \"" << part << "\"";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
-// A fresh directory under the test temp dir, removed on destruction.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string tmpl = ::testing::TempDir() + "fathom_json_XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed for " << tmpl;
-    path_ = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  std::string Write(const std::string& name, const std::string& text) const {
-    std::string path = (fs::path(path_) / name).string();
-    std::ofstream(path, std::ios::binary) << text;
-    return path;
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using io_testing::ContainsAll;
+using io_testing::ScratchDir;
 
 constexpr const char* kConfig = R"({
   "hidden_size": 2048,

@@ -4,6 +4,8 @@
 #include "io/safetensors.h"
 
 #include <gtest/gtest.h>
+
+#include "io_test_util.h"
 #include <stdlib.h>
 
 #include <cstdint>
@@ -21,40 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Whether `message` contains every one of `parts`; on failure shows the message and the
-// missing part.
-::testing::AssertionResult ContainsAll(const std::string& message,
-                                       const std::vector<std::string>& parts) {
-  for (const std::string& part : parts) {
-    if (message.find(part) == std::string::npos) {
-      return ::testing::AssertionFailure()
-             << "message \"" << message << "\"\n  lacks \"" << part << "\"";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
-// A fresh directory under the test temp dir, removed with everything in it on destruction.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string tmpl = ::testing::TempDir() + "fathom_io_XXXXXX";
-    char* made = ::mkdtemp(tmpl.data());
-    if (made == nullptr) ADD_FAILURE() << "mkdtemp failed for " << tmpl;
-    path_ = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
-
- private:
-  std::string path_;
-};
+using io_testing::ContainsAll;
+using io_testing::ScratchDir;
 
 // A tensor whose bytes are a pattern depending on `seed`, so mix-ups show in comparisons.
 OwnedTensor MakeTensor(const std::string& name, DType dtype, Shape shape, uint8_t seed) {
