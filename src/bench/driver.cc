@@ -8,27 +8,47 @@
 
 namespace fathom::bench {
 
+namespace {
+
+// Request i: `prompt`, exactly `output` tokens (no EOS stop), greedy, seeded exits.
+RequestSpec ReplayRequest(size_t i, std::vector<int32_t> prompt, int64_t output, const ModelSpec& spec,
+                          const ExitTraceOptions& exits, uint64_t request_seed) {
+  RequestSpec r;
+  r.name = "r";
+  r.name.append(std::to_string(i));
+  r.prompt = std::move(prompt);
+  r.max_tokens = static_cast<int32_t>(output);
+  r.stop_at_eos = false;
+  r.seed = request_seed;
+  if (spec.loop.looped && exits.mean_depth > 0) {
+    r.exit.kind = ExitSpec::Kind::kRandom;
+    r.exit.mean = exits.mean_depth;
+    r.exit.min_depth = exits.min_depth;
+    r.exit.seed = exits.seed * 7919ull + i;
+  }
+  return r;
+}
+
+}  // namespace
+
 std::vector<RequestSpec> MakeRequests(const std::vector<RequestShape>& shapes, const ModelSpec& spec,
                                       const ExitTraceOptions& exits, uint64_t seed) {
   std::vector<RequestSpec> out;
   out.reserve(shapes.size());
   for (size_t i = 0; i < shapes.size(); ++i) {
-    RequestSpec r;
-    r.name = "r";
-    r.name.append(std::to_string(i));
     const uint64_t s = seed * 1000003ull + i;
-    r.prompt = SyntheticPrompt(shapes[i].prompt, spec.vocab, spec.eos_id, s);
-    r.max_tokens = static_cast<int32_t>(shapes[i].output);
-    r.stop_at_eos = false;
-    r.seed = s;
-    if (spec.loop.looped && exits.mean_depth > 0) {
-      r.exit.kind = ExitSpec::Kind::kRandom;
-      r.exit.mean = exits.mean_depth;
-      r.exit.min_depth = exits.min_depth;
-      r.exit.seed = exits.seed * 7919ull + i;
-    }
-    out.push_back(std::move(r));
+    out.push_back(ReplayRequest(i, SyntheticPrompt(shapes[i].prompt, spec.vocab, spec.eos_id, s), shapes[i].output,
+                                spec, exits, s));
   }
+  return out;
+}
+
+std::vector<RequestSpec> MakeRequests(const std::vector<DatasetRequest>& data, const ModelSpec& spec,
+                                      const ExitTraceOptions& exits, uint64_t seed) {
+  std::vector<RequestSpec> out;
+  out.reserve(data.size());
+  for (size_t i = 0; i < data.size(); ++i)
+    out.push_back(ReplayRequest(i, data[i].prompt, data[i].output, spec, exits, seed * 1000003ull + i));
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/dataset.h"
 #include "bench/workload.h"
 #include "core/status.h"
 #include "engine/engine.h"
@@ -26,6 +27,9 @@ struct ExitTraceOptions {
 // One RequestSpec per shape: prompt = SyntheticPrompt, max_tokens = output, no EOS stop,
 // greedy sampling, per-request seeds derived from `seed`.
 std::vector<RequestSpec> MakeRequests(const std::vector<RequestShape>& shapes, const ModelSpec& spec,
+                                      const ExitTraceOptions& exits, uint64_t seed);
+// The same with the prompts and output lengths of a data file (dataset.h).
+std::vector<RequestSpec> MakeRequests(const std::vector<DatasetRequest>& data, const ModelSpec& spec,
                                       const ExitTraceOptions& exits, uint64_t seed);
 
 struct RequestTiming {

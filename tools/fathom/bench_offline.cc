@@ -11,6 +11,7 @@
 #include "bench/model_flops.h"
 #include "bench/speedup.h"
 #include "bench/workload.h"
+#include "bench_requests.h"
 #include "bench_commands.h"
 #include "commands.h"
 #include "exec/generate.h"
@@ -20,14 +21,14 @@ namespace fathom::cli {
 int RunBenchOffline(const std::vector<std::string>& args) {
   const std::string cmd = "bench offline";
   std::string model_dir, workload_name = "alpaca", sched_text = "cb,cdb-norefill,cdb-refill",
-                         layout_name = "last-exited";
+                         layout_name = "last-exited", dataset, tokenizer_dir;
   int64_t n = 32, k = 1, width = 8, min_depth = 2, max_depth = 0, seed = 0, threads = 1, budget = 256,
           kv_mb = 0, flush = 4;
   double mean_depth = 0;
   bool json = false, no_control = false, quiet = false;
   FlagSet flags(
       "fathom " + cmd,
-      "fathom bench offline --model DIR [--workload alpaca|sharegpt|arxiv] [--requests N]\n"
+      "fathom bench offline --model DIR [--workload alpaca|sharegpt|arxiv] [--requests N] [--dataset FILE]\n"
       "                     [--schedulers cb,cdb-norefill,cdb-refill] [--k K] [--width W]\n"
       "                     [--layout L] [--mean-depth D] [--min-depth 2] [--no-control] [--json]",
       "Queues N synthetic requests of the workload (seeded prompt and output lengths; output\n"
@@ -41,6 +42,9 @@ int RunBenchOffline(const std::vector<std::string>& args) {
   flags.String("--model", &model_dir, "Hugging Face model directory of a looped model");
   flags.String("--workload", &workload_name, "alpaca (default), sharegpt or arxiv");
   flags.Int("--requests", &n, "number of requests (default 32)", 1, 1 << 24);
+  flags.String("--dataset", &dataset, "the workload's real data file (Alpaca JSON, ShareGPT JSON or arXiv JSONL)\n"
+               "instead of synthetic requests; tokenized with the model's tokenizer");
+  flags.String("--tokenizer", &tokenizer_dir, "directory of the tokenizer.json for --dataset (default: --model)");
   flags.String("--schedulers", &sched_text, "comma-separated: cb, cdb-norefill, cdb-refill (default all)");
   flags.Int("--k", &k, "minimum coda batch K (cdb-refill; default 1)", 1, 1 << 20);
   flags.Int("--width", &width, "decode width W (default 8)", 1, 1 << 16);
@@ -86,12 +90,12 @@ int RunBenchOffline(const std::vector<std::string>& args) {
   if (mean_depth < static_cast<double>(min_depth) || mean_depth > *r_max)
     return Fail(cmd, "--mean-depth: outside [--min-depth, r_max]", 2);
 
-  const auto shapes = bench::GenerateWorkload(*workload, n, static_cast<uint64_t>(seed));
-  const auto reqs = bench::MakeRequests(shapes, spec, {mean_depth, static_cast<int32_t>(min_depth), static_cast<uint64_t>(seed)},
-                                        static_cast<uint64_t>(seed));
-  const auto control_reqs = bench::MakeRequests(shapes, spec, {0, 1, 0}, static_cast<uint64_t>(seed));
-  int64_t prompt_tokens = 0, output_tokens = 0;
-  for (const auto& s : shapes) prompt_tokens += s.prompt, output_tokens += s.output;
+  auto built = MakeBenchRequests({*workload, dataset, tokenizer_dir, model_dir, n, static_cast<uint64_t>(seed)}, spec,
+                                 {mean_depth, static_cast<int32_t>(min_depth), static_cast<uint64_t>(seed)});
+  if (!built.ok()) return Fail(cmd, built.status().message(), 1);
+  const auto& reqs = built->reqs;
+  const auto& control_reqs = built->control_reqs;
+  const int64_t prompt_tokens = built->prompt_tokens, output_tokens = built->output_tokens;
 
   EngineOptions opt;
   opt.width = static_cast<int32_t>(width);
@@ -202,7 +206,7 @@ int RunBenchOffline(const std::vector<std::string>& args) {
     return 0;
   }
   std::printf("model %s (%s), workload %s: %lld requests, %lld prompt + %lld output tokens\n", model_dir.c_str(),
-              spec.model_type.c_str(), workload_name.c_str(), static_cast<long long>(n),
+              spec.model_type.c_str(), built->source.c_str(), static_cast<long long>(n),
               static_cast<long long>(prompt_tokens), static_cast<long long>(output_tokens));
   std::printf("W %lld, K %lld, layout %s, r_max %d, mean exit depth target %.2f, min %lld\n",
               static_cast<long long>(width), static_cast<long long>(k), layout_name.c_str(), *r_max, mean_depth,

@@ -10,6 +10,7 @@
 
 #include "bench/driver.h"
 #include "bench/workload.h"
+#include "bench_requests.h"
 #include "bench_commands.h"
 #include "commands.h"
 #include "exec/generate.h"
@@ -20,7 +21,7 @@ namespace {
 
 // Flags shared by online and k-sweep.
 struct Common {
-  std::string model_dir, workload = "alpaca", layout = "last-exited";
+  std::string model_dir, workload = "alpaca", layout = "last-exited", dataset, tokenizer_dir;
   int64_t n = 32, k = 1, width = 8, min_depth = 2, max_depth = 0, seed = 0, threads = 1, budget = 256;
   double mean_depth = 0;
   bool json = false, quiet = false;
@@ -28,6 +29,9 @@ struct Common {
     f.String("--model", &model_dir, "Hugging Face model directory of a looped model");
     f.String("--workload", &workload, "alpaca (default), sharegpt or arxiv");
     f.Int("--requests", &n, "number of requests (default 32)", 1, 1 << 24);
+    f.String("--dataset", &dataset, "the workload's real data file (Alpaca JSON, ShareGPT JSON or arXiv JSONL)\n"
+             "instead of synthetic requests; tokenized with the model's tokenizer");
+    f.String("--tokenizer", &tokenizer_dir, "directory of the tokenizer.json for --dataset (default: --model)");
     f.Int("--width", &width, "decode width W (default 8)", 1, 1 << 16);
     f.String("--layout", &layout, "KV layout (default last-exited)");
     f.Double("--mean-depth", &mean_depth, "mean exit depth (default (min-depth + r_max) / 2)", 1, 4096);
@@ -63,8 +67,10 @@ Result<Setup> Prepare(Common& c, const FlagSet& flags) {
   if (c.mean_depth < static_cast<double>(c.min_depth) || c.mean_depth > s.r_max)
     return Status::Error("--mean-depth: outside [--min-depth, r_max]");
   const auto seed = static_cast<uint64_t>(c.seed);
-  s.reqs = bench::MakeRequests(bench::GenerateWorkload(w, c.n, seed), spec,
-                               {c.mean_depth, static_cast<int32_t>(c.min_depth), seed}, seed);
+  FATHOM_ASSIGN_OR_RETURN(BenchRequests built,
+                          MakeBenchRequests({w, c.dataset, c.tokenizer_dir, c.model_dir, c.n, seed}, spec,
+                                            {c.mean_depth, static_cast<int32_t>(c.min_depth), seed}));
+  s.reqs = std::move(built.reqs);
   s.opt.width = static_cast<int32_t>(c.width);
   s.opt.min_coda = static_cast<int32_t>(c.k);
   s.opt.prefill_budget = c.budget;

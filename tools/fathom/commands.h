@@ -11,6 +11,8 @@ int RunMakeModel(const std::vector<std::string>& args);
 int RunLogits(const std::vector<std::string>& args);
 int RunGenerate(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
+int RunTokenize(const std::vector<std::string>& args);  // cmd_tokenize.cc
+int RunServe(const std::vector<std::string>& args);     // cmd_serve.cc
 
 // Prints "fathom <command>: <message>" to stderr and returns `code`.
 int Fail(const std::string& command, const std::string& message, int code);

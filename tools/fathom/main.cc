@@ -14,7 +14,10 @@ constexpr const char* kUsage =
     "  make-model FAMILY OUTDIR   write a random checkpoint with the real tensor names\n"
     "  logits                     run a prompt once and write the logits of every position\n"
     "  generate                   generate tokens from a prompt (exit depths for looped models)\n"
-    "  bench decode               prompt and decode throughput against memory bandwidth\n"
+    "  tokenize                   encode text (or decode ids) with a checkpoint's tokenizer\n"
+    "  serve                      OpenAI-compatible HTTP server (completions, chat, SSE, metrics)\n"
+    "  bench decode|step-latency|offline|online|k-sweep\n"
+    "                             throughput, latency and scheduler benchmarks\n"
     "\n"
     "Run `fathom <command> --help` for the flags of a command.\n";
 
@@ -31,6 +34,8 @@ int main(int argc, char** argv) {
   if (cmd == "logits") return fathom::cli::RunLogits(args);
   if (cmd == "generate") return fathom::cli::RunGenerate(args);
   if (cmd == "bench") return fathom::cli::RunBench(args);
+  if (cmd == "tokenize") return fathom::cli::RunTokenize(args);
+  if (cmd == "serve") return fathom::cli::RunServe(args);
   std::fprintf(stderr, "fathom: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
   return 2;
 }

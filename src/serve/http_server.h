@@ -1,0 +1,95 @@
+// HttpServer: the OpenAI-compatible HTTP front end (cpp-httplib) over an EngineLoop.
+//
+//   POST /v1/completions, POST /v1/chat/completions   whole responses, or SSE streams
+//                                                     ("data: {...}\n\n" ... "data: [DONE]")
+//   GET  /v1/models, GET /health, GET /metrics        (Prometheus text)
+//
+// Each generation request is parsed (openai_api.h), tokenized, submitted to the loop and
+// answered from its RequestStream. A streamed request whose client goes away (a write
+// fails) is cancelled so that its KV blocks are freed; while a stream waits for tokens it
+// sends an SSE comment every `heartbeat_ms`, which both keeps proxies from timing out and
+// finds dead clients of requests still queued. Errors use OpenAI's error body; no input
+// may crash the server.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "core/status.h"
+#include "serve/engine_loop.h"
+#include "serve/openai_api.h"
+#include "tokenizer/tokenizer.h"
+
+namespace httplib {
+class Server;
+class Request;
+class Response;
+}  // namespace httplib
+
+namespace fathom::serve {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                  // 0: any free port (see port())
+  std::string api_key;              // non-empty: /v1/* need "Authorization: Bearer <key>"
+  std::string model_name;           // the served model's name ("model" in requests/responses)
+  size_t max_body_bytes = size_t{8} << 20;  // larger bodies: 413
+  int threads = 64;                 // HTTP worker threads (each open stream holds one)
+  int heartbeat_ms = 1000;          // SSE keep-alive comment interval while waiting
+  int retry_after_s = 1;            // Retry-After of a 429
+};
+
+class HttpServer {
+ public:
+  // The tokenizer and loop must outlive the server.
+  HttpServer(const Tokenizer& tok, EngineLoop& loop, ModelLimits limits, ServerOptions opt);
+  ~HttpServer();  // Stop()
+
+  // Binds the socket (errors name host and port); port() is then known.
+  Status Bind();
+  int port() const { return port_; }
+  // Serves on the calling thread until Stop() or Drain() (Bind first).
+  Status Listen();
+  // Bind + Listen on a thread of the server's own (tests); returns once accepting.
+  Status Start();
+  // Graceful shutdown: new generation requests get 503, the ones in flight run to their
+  // end and their responses are written, then the server stops listening.
+  void Drain();
+  // Stops listening now (open streams are cut).
+  void Stop();
+
+ private:
+  void Routes();
+  void HandleGenerate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void HandleMetrics(httplib::Response& res);
+  bool Authorized(const httplib::Request& req) const;
+  void SendError(httplib::Response& res, const ApiError& e);
+  void HandlerDone();
+  uint64_t NextSeed();
+
+  const Tokenizer& tok_;
+  EngineLoop& loop_;
+  const ModelLimits limits_;
+  const ServerOptions opt_;
+  std::unique_ptr<httplib::Server> http_;
+  int port_ = 0;
+  int64_t created_ = 0;
+  std::thread listen_thread_;
+  std::atomic<bool> listening_{false}, stop_requested_{false};
+  std::atomic<int64_t> next_id_{1};
+  std::atomic<int64_t> rejected_invalid_{0}, rejected_unauthorized_{0};
+
+  // Generation requests being answered (a stream counts until its response is released).
+  std::mutex mu_;
+  std::condition_variable idle_cv_;
+  int64_t active_ = 0;
+  std::mt19937_64 seed_rng_;
+};
+
+}  // namespace fathom::serve

@@ -1,0 +1,102 @@
+#include "serve/metrics.h"
+
+#include <cstdio>
+
+namespace fathom::serve {
+namespace {
+
+class Writer {
+ public:
+  void Family(const char* name, const char* type, const std::string& help) {
+    out_ += std::string("# HELP fathom_") + name + " " + help + "\n# TYPE fathom_" + name + " " + type + "\n";
+  }
+  void Sample(const char* name, const std::string& labels, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    out_ += std::string("fathom_") + name + (labels.empty() ? "" : "{" + labels + "}") + " " + buf + "\n";
+  }
+  void Sample(const char* name, const std::string& labels, int64_t v) {
+    out_ += std::string("fathom_") + name + (labels.empty() ? "" : "{" + labels + "}") + " " + std::to_string(v) + "\n";
+  }
+  std::string& out() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+// Label values escape backslash, quote and newline.
+std::string Escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '\\' || c == '"') o += '\\', o += c;
+    else if (c == '\n') o += "\\n";
+    else o += c;
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string RenderPrometheus(const MetricsSnapshot& m) {
+  Writer w;
+  w.Family("info", "gauge", "The served model.");
+  w.Sample("info", "model=\"" + Escape(m.model) + "\"", int64_t{1});
+
+  w.Family("requests", "gauge", "Requests in the server by state (waiting: not yet in a state slot).");
+  w.Sample("requests", "state=\"waiting\"", m.waiting);
+  w.Sample("requests", "state=\"running\"", m.running);
+
+  w.Family("requests_finished_total", "counter", "Finished requests by finish reason.");
+  w.Sample("requests_finished_total", "reason=\"length\"", m.finished_length);
+  w.Sample("requests_finished_total", "reason=\"stop\"", m.finished_stop);
+  w.Sample("requests_finished_total", "reason=\"cancelled\"", m.cancelled);
+  w.Sample("requests_finished_total", "reason=\"error\"", m.failed);
+
+  w.Family("requests_rejected_total", "counter", "Requests refused before running, by HTTP status.");
+  w.Sample("requests_rejected_total", "status=\"400\"", m.rejected_invalid);
+  w.Sample("requests_rejected_total", "status=\"401\"", m.rejected_unauthorized);
+  w.Sample("requests_rejected_total", "status=\"429\"", m.rejected_overloaded);
+  w.Sample("requests_rejected_total", "status=\"503\"", m.rejected_draining);
+
+  w.Family("queue_length", "gauge",
+           "Scheduler queue lengths: waiting (prefill), ready (prelude), loop (core steps), coda.");
+  w.Sample("queue_length", "queue=\"waiting\"", m.queue_waiting);
+  w.Sample("queue_length", "queue=\"ready\"", m.queue_ready);
+  w.Sample("queue_length", "queue=\"loop\"", m.queue_loop);
+  w.Sample("queue_length", "queue=\"coda\"", m.queue_coda);
+
+  w.Family("batch_size_mean", "gauge", "Mean rows per run of each stage since start (prefill: prompt tokens).");
+  w.Sample("batch_size_mean", "stage=\"prefill\"", m.batch_prefill);
+  w.Sample("batch_size_mean", "stage=\"prelude\"", m.batch_prelude);
+  w.Sample("batch_size_mean", "stage=\"core\"", m.batch_core);
+  w.Sample("batch_size_mean", "stage=\"coda\"", m.batch_coda);
+
+  w.Family("last_batch_size", "gauge", "Rows of the last executed plan, labelled with its stage.");
+  w.Sample("last_batch_size", "stage=\"" + Escape(m.last_stage) + "\"", m.last_rows);
+
+  w.Family("steps_total", "counter", "Engine steps.");
+  w.Sample("steps_total", "", m.steps);
+  w.Family("preemptions_total", "counter", "Requests preempted by recompute.");
+  w.Sample("preemptions_total", "", m.preemptions);
+
+  w.Family("mean_exit_depth", "gauge", "Mean loop steps per decoded token since start.");
+  w.Sample("mean_exit_depth", "", m.mean_exit_depth);
+
+  w.Family("kv_blocks", "gauge", "KV cache blocks by state.");
+  w.Sample("kv_blocks", "state=\"used\"", m.kv_blocks_used);
+  w.Sample("kv_blocks", "state=\"free\"", m.kv_blocks_free);
+
+  w.Family("prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
+  w.Sample("prompt_tokens_total", "", m.prompt_tokens);
+  w.Family("output_tokens_total", "counter", "Generated tokens.");
+  w.Sample("output_tokens_total", "", m.output_tokens);
+
+  char help[128];
+  std::snprintf(help, sizeof help, "Generated tokens per second over the last %g s (or since start if shorter).",
+                m.window_seconds);
+  w.Family("output_tokens_per_second", "gauge", help);
+  w.Sample("output_tokens_per_second", "", m.output_tokens_per_second);
+  return std::move(w.out());
+}
+
+}  // namespace fathom::serve

@@ -1,0 +1,38 @@
+// The server's metrics as plain data and their Prometheus text exposition (format 0.0.4).
+// The engine loop fills the engine-side fields after every step under its own mutex (the
+// engine itself is never read from another thread); the HTTP layer adds its counters.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace fathom::serve {
+
+struct MetricsSnapshot {
+  std::string model;  // the served model name (a label on fathom_info)
+  // Requests.
+  int64_t waiting = 0;     // submitted, not yet admitted to a state slot
+  int64_t running = 0;     // admitted, not finished
+  int64_t finished_length = 0, finished_stop = 0, cancelled = 0, failed = 0;
+  int64_t rejected_invalid = 0;     // 400: the API or the engine refused the request
+  int64_t rejected_overloaded = 0;  // 429: more than max_pending requests
+  int64_t rejected_draining = 0;    // 503: the server is shutting down
+  int64_t rejected_unauthorized = 0;  // 401
+  // The scheduler's queues (DESIGN.md §2).
+  int64_t queue_waiting = 0, queue_ready = 0, queue_loop = 0, queue_coda = 0;
+  // Mean rows per run of each stage since start, and the last plan's stage and rows.
+  double batch_prefill = 0, batch_prelude = 0, batch_core = 0, batch_coda = 0;
+  std::string last_stage = "idle";
+  int64_t last_rows = 0;
+  int64_t steps = 0, preemptions = 0;
+  double mean_exit_depth = 0;  // depth_sum / decode_tokens
+  int64_t kv_blocks_used = 0, kv_blocks_free = 0;
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  // Output tokens per second over the last `window_seconds` (or since start if shorter).
+  double output_tokens_per_second = 0;
+  double window_seconds = 10;
+};
+
+std::string RenderPrometheus(const MetricsSnapshot& m);
+
+}  // namespace fathom::serve

@@ -1,0 +1,500 @@
+#include "serve/http_server.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "model/test_util.h"
+#include "serve/httplib_include.h"
+#include "serve/serve_test_util.h"
+
+namespace fathom::serve {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using fathom::testing::MetricValue;
+
+template <typename F>
+bool WaitUntil(F pred) {
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(2ms);
+  }
+  return pred();
+}
+
+// The "data:" payloads of an SSE body, in order.
+std::vector<std::string> SseData(const std::string& body) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) end = body.size();
+    const std::string ev = body.substr(pos, end - pos);
+    if (ev.rfind("data: ", 0) == 0) out.push_back(ev.substr(6));
+    pos = end + 2;
+  }
+  return out;
+}
+
+struct StreamResult {
+  std::string text, finish_reason;
+  json usage;
+  bool done = false;
+  bool first_has_role = false;
+};
+
+StreamResult ParseStream(const std::string& body, Endpoint ep) {
+  StreamResult r;
+  const std::vector<std::string> data = SseData(body);
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (data[i] == "[DONE]") {
+      r.done = i + 1 == data.size();
+      continue;
+    }
+    json j = json::parse(data[i]);
+    if (j.contains("usage") && !j["usage"].is_null()) r.usage = j["usage"];
+    if (j["choices"].empty()) continue;
+    const json& c = j["choices"][0];
+    if (ep == Endpoint::kCompletions) {
+      r.text += c["text"].get<std::string>();
+    } else {
+      if (i == 0) r.first_has_role = c["delta"].value("role", "") == "assistant";
+      if (c["delta"].contains("content")) r.text += c["delta"]["content"].get<std::string>();
+    }
+    if (!c["finish_reason"].is_null()) r.finish_reason = c["finish_reason"];
+  }
+  return r;
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    signal(SIGPIPE, SIG_IGN);
+    dir_ = new fathom::testing::TempDir();
+    info_ = fathom::testing::MakeServeModel(dir_->path());
+    auto m = Model::Load(dir_->path());
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    model_ = m->release();
+    auto t = Tokenizer::Load(dir_->path());
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    tok_ = t->release();
+  }
+  static void TearDownTestSuite() {
+    delete tok_;
+    delete model_;
+    delete dir_;
+  }
+
+  static EngineOptions Options() {
+    EngineOptions o;
+    o.width = 8;
+    o.kv_bytes = size_t{4} << 20;
+    return o;
+  }
+  static ModelLimits Limits() {
+    ModelLimits l;
+    l.max_positions = model_->rope().max_positions();
+    l.looped = true;
+    l.max_loops = model_->spec().loop.default_loops;
+    return l;
+  }
+
+  void StartServer(EngineLoopOptions lopt = {}, ServerOptions sopt = {}) {
+    auto e = Engine::Create(*model_, Options());
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    loop_ = std::make_unique<EngineLoop>(std::move(*e), lopt);
+    sopt.port = 0;
+    sopt.model_name = "tiny-ouro";
+    if (sopt.heartbeat_ms == 1000) sopt.heartbeat_ms = 20;
+    server_ = std::make_unique<HttpServer>(*tok_, *loop_, Limits(), sopt);
+    Status s = server_->Start();
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_GT(server_->port(), 0);
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+    server_.reset();
+    loop_.reset();
+  }
+  std::unique_ptr<httplib::Client> Client() {
+    auto c = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+    c->set_read_timeout(60, 0);
+    c->set_connection_timeout(10, 0);
+    return c;
+  }
+  httplib::Result Post(const std::string& path, const std::string& body, const httplib::Headers& h = {}) {
+    return Client()->Post(path.c_str(), h, body, "application/json");
+  }
+  std::string Metrics() {
+    auto r = Client()->Get("/metrics");
+    return r ? r->body : "";
+  }
+
+  // The text of `body` (a completions or chat request) run alone through a fresh engine:
+  // the same parsing and prompt building, then the engine's tokens decoded.
+  static std::string Reference(Endpoint ep, const std::string& body, std::string* finish = nullptr,
+                               int64_t* n_tokens = nullptr) {
+    ApiRequest ar;
+    EXPECT_FALSE(ParseApiRequest(ep, body, &ar).has_value());
+    std::vector<int32_t> prompt;
+    if (ep == Endpoint::kCompletions) {
+      prompt = tok_->Encode(ar.prompt, true).value();
+    } else {
+      auto text = tok_->chat_template()->Render(ar.messages, true);
+      EXPECT_TRUE(text.ok());
+      prompt = tok_->Encode(*text, false).value();
+    }
+    RequestSpec spec;
+    EXPECT_FALSE(BuildRequestSpec(ar, prompt, Limits(), tok_->stop_ids(), 0, &spec).has_value());
+    auto e = Engine::Create(*model_, Options());
+    auto id = (*e)->AddRequest(spec);
+    EXPECT_TRUE(id.ok());
+    EXPECT_TRUE((*e)->RunToCompletion().ok());
+    const SchedRequestState& st = (*e)->request(*id);
+    if (finish) *finish = std::string(FinishReasonName(st.finish));
+    if (n_tokens) *n_tokens = static_cast<int64_t>(st.tokens.size());
+    auto text = tok_->Decode(st.tokens, true);
+    EXPECT_TRUE(text.ok());
+    return *text;
+  }
+
+  static std::string CompletionBody(const std::string& prompt, int max_tokens, bool stream = false,
+                                    const std::string& extra = "") {
+    json j = {{"model", "tiny-ouro"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
+              {"stream", stream}};
+    std::string s = j.dump();
+    if (!extra.empty()) s = s.substr(0, s.size() - 1) + "," + extra + "}";
+    return s;
+  }
+
+  static fathom::testing::TempDir* dir_;
+  static fathom::testing::TinyTokenizerInfo info_;
+  static Model* model_;
+  static Tokenizer* tok_;
+  std::unique_ptr<EngineLoop> loop_;
+  std::unique_ptr<HttpServer> server_;
+};
+fathom::testing::TempDir* HttpServerTest::dir_ = nullptr;
+fathom::testing::TinyTokenizerInfo HttpServerTest::info_;
+Model* HttpServerTest::model_ = nullptr;
+Tokenizer* HttpServerTest::tok_ = nullptr;
+
+TEST_F(HttpServerTest, CompletionEqualsTheRequestRunAlone) {
+  StartServer();
+  const std::string body = CompletionBody("the cat sat on the mat", 12);
+  std::string finish;
+  int64_t n = 0;
+  const std::string want = Reference(Endpoint::kCompletions, body, &finish, &n);
+  auto r = Post("/v1/completions", body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "tiny-ouro");
+  EXPECT_EQ(j["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(j["choices"][0]["text"], want);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], finish);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], static_cast<int64_t>(tok_->Encode("the cat sat on the mat", true)->size()));
+  EXPECT_EQ(j["usage"]["completion_tokens"], n);
+  EXPECT_GT(j["fathom"]["mean_exit_depth"].get<double>(), 0);
+}
+
+TEST_F(HttpServerTest, StreamedCompletionEqualsTheRequestRunAlone) {
+  StartServer();
+  const std::string body =
+      CompletionBody("in the beginning", 14, true, R"("stream_options": {"include_usage": true})");
+  std::string finish;
+  int64_t n = 0;
+  const std::string want = Reference(Endpoint::kCompletions, body, &finish, &n);
+  auto r = Post("/v1/completions", body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  StreamResult s = ParseStream(r->body, Endpoint::kCompletions);
+  EXPECT_EQ(s.text, want);
+  EXPECT_EQ(s.finish_reason, finish);
+  EXPECT_TRUE(s.done) << r->body;
+  ASSERT_TRUE(s.usage.is_object()) << r->body;
+  EXPECT_EQ(s.usage["completion_tokens"], n);
+}
+
+TEST_F(HttpServerTest, ChatCompletionsWholeAndStreamed) {
+  StartServer();
+  const std::string body =
+      R"({"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}],
+          "max_completion_tokens": 10, "temperature": 0})";
+  std::string finish;
+  const std::string want = Reference(Endpoint::kChatCompletions, body, &finish);
+  auto r = Post("/v1/chat/completions", body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], want);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], finish);
+
+  const std::string sbody = body.substr(0, body.rfind('}')) + R"(, "stream": true})";
+  auto rs = Post("/v1/chat/completions", sbody);
+  ASSERT_TRUE(rs);
+  ASSERT_EQ(rs->status, 200);
+  StreamResult s = ParseStream(rs->body, Endpoint::kChatCompletions);
+  EXPECT_TRUE(s.first_has_role) << rs->body;
+  EXPECT_EQ(s.text, want);
+  EXPECT_EQ(s.finish_reason, finish);
+  EXPECT_TRUE(s.done);
+}
+
+TEST_F(HttpServerTest, StopStringsCutTheText) {
+  StartServer();
+  const std::string prompt = "once upon a time";
+  const std::string want_full = Reference(Endpoint::kCompletions, CompletionBody(prompt, 24));
+  // A stop string taken from the reference output: the first printable ASCII character after a few bytes.
+  size_t k = 3;
+  while (k < want_full.size() && !std::isgraph(static_cast<unsigned char>(want_full[k]))) ++k;
+  if (k >= want_full.size()) GTEST_SKIP() << "the random model produced no printable ASCII character: " << json(want_full).dump();
+  const std::string stop = want_full.substr(k, 1);
+  const std::string want = want_full.substr(0, want_full.find(stop));
+  const std::string extra = "\"stop\": " + json(stop).dump();
+  for (bool stream : {false, true}) {
+    auto r = Post("/v1/completions", CompletionBody(prompt, 24, stream, extra));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    std::string text, finish;
+    if (stream) {
+      StreamResult s = ParseStream(r->body, Endpoint::kCompletions);
+      text = s.text, finish = s.finish_reason;
+    } else {
+      json j = json::parse(r->body);
+      text = j["choices"][0]["text"], finish = j["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(text, want) << "stream " << stream << " stop '" << stop << "'";
+    EXPECT_EQ(finish, "stop");
+  }
+  // The stopped requests were dropped from the engine: their KV is free again.
+  EXPECT_TRUE(WaitUntil([&] {
+    const std::string m = Metrics();
+    return MetricValue(m, "fathom_kv_blocks", "state=\"used\"") == 0 &&
+           MetricValue(m, "fathom_requests_finished_total", "reason=\"stop\"") == 2;
+  })) << Metrics();
+}
+
+TEST_F(HttpServerTest, BadInputsGetOpenAiErrors) {
+  ServerOptions so;
+  so.max_body_bytes = 64 << 10;
+  StartServer({}, so);
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string param;
+  };
+  const std::string big(70 << 10, 'x');
+  const std::vector<Case> cases = {
+      {"/v1/completions", "{\"prompt\": ", 400, ""},
+      {"/v1/completions", R"({"prompt": 5})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": ""})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": "hi", "max_tokens": "ten"})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": "hi", "max_tokens": 600})", 400, "max_tokens"},
+      {"/v1/completions", json({{"prompt", std::vector<int>(600, 5)}}).dump(), 400, "prompt"},
+      {"/v1/completions", R"({"prompt": [1, 2, 99999]})", 400, "prompt"},
+      {"/v1/completions", "{\"prompt\": \"caf\xc3\x28\"}", 400, ""},
+      {"/v1/completions", R"({"prompt": "hi", "n": 2})", 400, "n"},
+      {"/v1/completions", R"({"prompt": "hi", "model": "gpt-4"})", 404, "model"},
+      {"/v1/completions", R"({"prompt": "hi", "max_loops": 99})", 400, "max_loops"},
+      {"/v1/chat/completions", R"({"messages": []})", 400, "messages"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": 3}]})", 400, "messages[0].content"},
+      {"/v1/completions", "{\"prompt\": \"" + big + "\"}", 413, ""},
+  };
+  for (const Case& c : cases) {
+    auto r = Post(c.path, c.body);
+    ASSERT_TRUE(r) << c.body.substr(0, 80);
+    EXPECT_EQ(r->status, c.status) << c.body.substr(0, 80) << " -> " << r->body;
+    json j = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << r->body;
+    EXPECT_TRUE(j["error"]["message"].is_string());
+    EXPECT_TRUE(j["error"]["type"].is_string());
+    if (c.param.empty()) {
+      EXPECT_TRUE(j["error"]["param"].is_null()) << r->body;
+    } else {
+      EXPECT_EQ(j["error"]["param"], c.param) << r->body;
+    }
+  }
+  auto missing = Client()->Get("/v1/nothing");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_TRUE(json::parse(missing->body).contains("error"));
+  auto wrong_method = Client()->Get("/v1/completions");
+  ASSERT_TRUE(wrong_method);
+  EXPECT_EQ(wrong_method->status, 405);
+  // The server still works, and counted the 400s.
+  auto ok = Post("/v1/completions", CompletionBody("hi", 2));
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_GE(MetricValue(Metrics(), "fathom_requests_rejected_total", "status=\"400\""), 11);
+}
+
+TEST_F(HttpServerTest, ModelsHealthAndMetrics) {
+  StartServer();
+  auto models = Client()->Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny-ouro");
+  auto health = Client()->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  ASSERT_EQ(Post("/v1/completions", CompletionBody("abc", 5))->status, 200);
+  const std::string m = Metrics();
+  EXPECT_EQ(MetricValue(m, "fathom_requests", "state=\"running\""), 0) << m;
+  EXPECT_GT(MetricValue(m, "fathom_output_tokens_total"), 0);
+  EXPECT_GT(MetricValue(m, "fathom_prompt_tokens_total"), 0);
+  EXPECT_GT(MetricValue(m, "fathom_kv_blocks", "state=\"free\""), 0);
+  EXPECT_GT(MetricValue(m, "fathom_batch_size_mean", "stage=\"core\""), 0);
+  EXPECT_GE(MetricValue(m, "fathom_output_tokens_per_second"), 0);
+}
+
+TEST_F(HttpServerTest, ApiKeyIsRequiredOnV1) {
+  ServerOptions so;
+  so.api_key = "sekret";
+  StartServer({}, so);
+  for (const httplib::Headers& h : {httplib::Headers{}, httplib::Headers{{"Authorization", "Bearer wrong"}}}) {
+    auto r = Post("/v1/completions", CompletionBody("hi", 2), h);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401);
+    EXPECT_EQ(json::parse(r->body)["error"]["code"], "invalid_api_key");
+  }
+  auto models = Client()->Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 401);
+  auto ok = Post("/v1/completions", CompletionBody("hi", 2), {{"Authorization", "Bearer sekret"}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(Client()->Get("/health")->status, 200);
+}
+
+TEST_F(HttpServerTest, FullQueueIs429WithRetryAfter) {
+  EngineLoopOptions lo;
+  lo.max_pending = 1;
+  StartServer(lo);
+  loop_->Pause();  // the first request stays pending
+  const std::string body = CompletionBody("queue me", 4);
+  int first_status = 0;
+  std::string first_body;
+  std::thread t([&] {
+    auto r = Post("/v1/completions", body);
+    if (r) first_status = r->status, first_body = r->body;
+  });
+  ASSERT_TRUE(WaitUntil([&] { return loop_->pending() == 1; }));
+  auto r = Post("/v1/completions", CompletionBody("me too", 4));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  EXPECT_TRUE(json::parse(r->body).contains("error"));
+  loop_->Resume();
+  t.join();
+  ASSERT_EQ(first_status, 200);
+  EXPECT_EQ(json::parse(first_body)["choices"][0]["text"], Reference(Endpoint::kCompletions, body));
+  EXPECT_EQ(MetricValue(Metrics(), "fathom_requests_rejected_total", "status=\"429\""), 1);
+}
+
+TEST_F(HttpServerTest, ClientDisconnectCancelsAndFreesKv) {
+  EngineLoopOptions lo;
+  lo.pause_at_output_tokens = 3;  // the request is certainly still running when the client leaves
+  StartServer(lo);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = CompletionBody("a long story", 300, true);
+  req.set_header("Content-Type", "application/json");
+  std::atomic<bool> got_data{false};
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    got_data = true;
+    return false;  // hang up
+  };
+  auto cli = Client();
+  auto res = cli->send(req);
+  EXPECT_TRUE(got_data);
+  cli.reset();
+  ASSERT_TRUE(WaitUntil([&] {
+    const std::string m = Metrics();
+    return MetricValue(m, "fathom_requests_finished_total", "reason=\"cancelled\"") == 1 &&
+           MetricValue(m, "fathom_kv_blocks", "state=\"used\"") == 0 &&
+           MetricValue(m, "fathom_requests", "state=\"running\"") == 0;
+  })) << Metrics();
+  EXPECT_EQ(loop_->pending(), 0);
+  loop_->Resume();
+}
+
+TEST_F(HttpServerTest, DrainFinishesInFlightAndRefusesNew) {
+  StartServer();
+  loop_->Pause();
+  const std::string body = CompletionBody("drain me", 8);
+  int first_status = 0;
+  std::string first_body;
+  std::thread t([&] {
+    auto r = Post("/v1/completions", body);
+    if (r) first_status = r->status, first_body = r->body;
+  });
+  ASSERT_TRUE(WaitUntil([&] { return loop_->pending() == 1; }));
+  std::thread drainer([&] { server_->Drain(); });
+  ASSERT_TRUE(WaitUntil([&] { return loop_->draining(); }));
+  auto r = Post("/v1/completions", CompletionBody("too late", 4));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_TRUE(json::parse(r->body).contains("error"));
+  EXPECT_EQ(Client()->Get("/health")->status, 503);
+  loop_->Resume();
+  drainer.join();
+  t.join();
+  ASSERT_EQ(first_status, 200);
+  EXPECT_EQ(json::parse(first_body)["choices"][0]["text"], Reference(Endpoint::kCompletions, body));
+}
+
+TEST_F(HttpServerTest, ThirtyTwoConcurrentClients) {
+  StartServer();
+  constexpr int kClients = 32, kPer = 3;
+  auto body = [](int i) {
+    return CompletionBody("prompt number " + std::to_string(i) + " says", 4 + i % 4, i % 3 == 1);
+  };
+  std::vector<std::string> got(kClients * kPer), finish(kClients * kPer);
+  std::vector<int> status(kClients * kPer, 0);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c)
+    threads.emplace_back([&, c] {
+      auto cli = Client();
+      for (int k = 0; k < kPer; ++k) {
+        const int i = c * kPer + k;
+        auto r = cli->Post("/v1/completions", body(i), "application/json");
+        if (!r) {
+          got[static_cast<size_t>(i)] = "<" + httplib::to_string(r.error()) + ">";
+          continue;
+        }
+        status[static_cast<size_t>(i)] = r->status;
+        if (r->status != 200) continue;
+        if (i % 3 == 1) {
+          StreamResult s = ParseStream(r->body, Endpoint::kCompletions);
+          got[static_cast<size_t>(i)] = s.done ? s.text : "<incomplete stream>";
+          finish[static_cast<size_t>(i)] = s.finish_reason;
+        } else {
+          json j = json::parse(r->body);
+          got[static_cast<size_t>(i)] = j["choices"][0]["text"];
+          finish[static_cast<size_t>(i)] = j["choices"][0]["finish_reason"];
+        }
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kClients * kPer; ++i) {
+    ASSERT_EQ(status[static_cast<size_t>(i)], 200) << i << " " << got[static_cast<size_t>(i)];
+    std::string want_finish;
+    EXPECT_EQ(got[static_cast<size_t>(i)], Reference(Endpoint::kCompletions, body(i), &want_finish)) << i;
+    EXPECT_EQ(finish[static_cast<size_t>(i)], want_finish) << i;
+  }
+}
+
+}  // namespace
+}  // namespace fathom::serve

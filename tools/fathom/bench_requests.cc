@@ -1,0 +1,36 @@
+#include "bench_requests.h"
+
+#include "bench/dataset.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fathom::cli {
+
+Result<BenchRequests> MakeBenchRequests(const BenchRequestSource& src, const ModelSpec& spec,
+                                        const bench::ExitTraceOptions& exits) {
+  BenchRequests out;
+  const std::string kind(bench::WorkloadName(src.workload));
+  if (src.dataset.empty()) {
+    const auto shapes = bench::GenerateWorkload(src.workload, src.n, src.seed);
+    out.reqs = bench::MakeRequests(shapes, spec, exits, src.seed);
+    out.control_reqs = bench::MakeRequests(shapes, spec, {0, 1, 0}, src.seed);
+    out.source = "synthetic " + kind;
+  } else {
+    const std::string tok_dir = src.tokenizer.empty() ? src.model_dir : src.tokenizer;
+    auto tok = Tokenizer::Load(tok_dir);
+    if (!tok.ok()) return tok.status().WithContext("--dataset needs a tokenizer (--tokenizer DIR)");
+    if ((*tok)->vocab_size() > spec.vocab)
+      return Status::Error("--tokenizer: its vocabulary (" + std::to_string((*tok)->vocab_size()) +
+                           " ids) exceeds the model's vocab_size " + std::to_string(spec.vocab));
+    FATHOM_ASSIGN_OR_RETURN(auto data, bench::LoadDataset(src.workload, src.dataset, **tok, src.n, src.seed));
+    out.reqs = bench::MakeRequests(data, spec, exits, src.seed);
+    out.control_reqs = bench::MakeRequests(data, spec, {0, 1, 0}, src.seed);
+    out.source = kind + " file " + src.dataset;
+  }
+  for (const RequestSpec& r : out.reqs) {
+    out.prompt_tokens += static_cast<int64_t>(r.prompt.size());
+    out.output_tokens += r.max_tokens;
+  }
+  return out;
+}
+
+}  // namespace fathom::cli

@@ -1,0 +1,37 @@
+// The requests of a scheduler benchmark, shared by `bench offline`, `online` and `k-sweep`:
+// synthetic (seeded lengths and prompt ids, bench/workload.h) or, with --dataset FILE,
+// the prompts and reference output lengths of a real data file tokenized with the model's
+// tokenizer (bench/dataset.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/driver.h"
+#include "core/status.h"
+#include "engine/engine.h"
+#include "model/model_spec.h"
+
+namespace fathom::cli {
+
+struct BenchRequestSource {
+  bench::WorkloadKind workload = bench::WorkloadKind::kAlpaca;
+  std::string dataset;    // empty: synthetic
+  std::string tokenizer;  // directory of tokenizer.json; empty: the model directory
+  std::string model_dir;
+  int64_t n = 32;
+  uint64_t seed = 0;
+};
+
+struct BenchRequests {
+  std::vector<RequestSpec> reqs;          // with the seeded exit trace
+  std::vector<RequestSpec> control_reqs;  // the same requests, no exits
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  std::string source;  // "synthetic alpaca" or "alpaca file PATH"
+};
+
+Result<BenchRequests> MakeBenchRequests(const BenchRequestSource& src, const ModelSpec& spec,
+                                        const bench::ExitTraceOptions& exits);
+
+}  // namespace fathom::cli
