@@ -1,6 +1,13 @@
 #include "serve/serve_test_util.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include <filesystem>
 #include <fstream>
@@ -9,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/make_model.h"
+#include "model/test_util.h"
 
 namespace fathom::testing {
 namespace {
@@ -122,6 +130,76 @@ double MetricValue(const std::string& text, const std::string& name, const std::
   while (std::getline(in, line))
     if (line.rfind(key, 0) == 0) return std::stod(line.substr(key.size()));
   return -1;
+}
+
+ServeProcess::~ServeProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  if (fd_ >= 0) close(fd_);
+}
+
+int ServeProcess::Start(const std::vector<std::string>& args) {
+  int out[2];
+  if (pipe(out) != 0) return -1;
+  const std::string bin = FathomBinary();
+  std::vector<std::string> argv_s = {"fathom", "serve"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  argv_s.insert(argv_s.end(), {"--port", "0"});
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_ = fork();
+  if (pid_ < 0) return -1;
+  if (pid_ == 0) {
+    dup2(out[1], 1);
+    dup2(out[1], 2);
+    close(out[0]);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  close(out[1]);
+  fd_ = out[0];
+  const std::string marker = "listening on http://";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char c[512];
+    const ssize_t n = read(fd_, c, sizeof c);
+    if (n <= 0) break;
+    output_.append(c, static_cast<size_t>(n));
+    const size_t pos = output_.find(marker);
+    if (pos == std::string::npos) continue;
+    const size_t end = output_.find_first_of(" \n", pos + marker.size());
+    if (end == std::string::npos) continue;
+    const std::string addr = output_.substr(pos + marker.size(), end - pos - marker.size());
+    return std::stoi(addr.substr(addr.rfind(':') + 1));
+  }
+  return -1;
+}
+
+int ServeProcess::Terminate() {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool exited = false;
+  while (!exited && std::chrono::steady_clock::now() < deadline) {
+    exited = waitpid(pid_, &status, WNOHANG) == pid_;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!exited) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status, 0);
+  }
+  pid_ = -1;
+  // Whatever the server wrote while draining, for failure messages.
+  char c[512];
+  ssize_t n;
+  while ((n = read(fd_, c, sizeof c)) > 0) output_.append(c, static_cast<size_t>(n));
+  return exited && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace fathom::testing

@@ -62,28 +62,4 @@ void WriteFile(const std::string& path, const std::string& text) {
   ASSERT_TRUE(f.good()) << "cannot write " << path;
 }
 
-TempDir::TempDir() {
-  std::string templ = (std::filesystem::temp_directory_path() / "fathom-tok-XXXXXX").string();
-  char* made = mkdtemp(templ.data());
-  EXPECT_NE(made, nullptr);
-  path_ = templ;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
-CommandResult RunCommand(const std::string& command) {
-  CommandResult r;
-  std::FILE* p = popen(command.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
 }  // namespace fathom::testing

@@ -1,5 +1,5 @@
 // Helpers for the tokenizer tests: small hand-written tokenizer.json documents built on
-// GPT-2's byte-level alphabet, files, temporary directories and running commands.
+// GPT-2's byte-level alphabet, and files (temporary directories and commands: model/test_util.h).
 #pragma once
 
 #include <memory>
@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/test_util.h"  // TempDir, RunCommand
 #include "tokenizer/tokenizer.h"
 
 namespace fathom::testing {
@@ -28,20 +29,5 @@ std::unique_ptr<Tokenizer> MakeTokenizer(const nlohmann::json& tokenizer_json,
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& text);
 
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout (and stderr when the command redirects it)
-};
-CommandResult RunCommand(const std::string& command);
 
 }  // namespace fathom::testing
