@@ -22,17 +22,25 @@ Result<std::unique_ptr<ExitPolicy>> MakeExitPolicy(const ModelSpec& spec, const 
   K kind = exit.kind;
   if (kind == K::kThreshold)
     kind = spec.loop.exit_signal == ExitSignal::kGateHazard ? K::kHazard : K::kLatentDiff;
+  // The signal policies, with the request's minimum depth (min_loops) when above 1.
+  auto with_min_depth = [&](std::unique_ptr<ExitPolicy> p) -> Result<std::unique_ptr<ExitPolicy>> {
+    if (exit.min_depth <= 1) return p;
+    if (exit.min_depth > loops)
+      return Status::Error("min_loops: " + std::to_string(exit.min_depth) + " above the request's " +
+                           std::to_string(loops) + " loops");
+    return std::unique_ptr<ExitPolicy>(std::make_unique<MinDepthExit>(std::move(p), exit.min_depth, ahead));
+  };
   switch (kind) {
     case K::kHazard:
       if (spec.loop.exit_signal != ExitSignal::kGateHazard)
         return Status::Error("exit_threshold: criterion 'hazard' needs an exit gate (Ouro)");
-      return std::unique_ptr<ExitPolicy>(std::make_unique<CumulativeHazardExit>(exit.threshold));
+      return with_min_depth(std::make_unique<CumulativeHazardExit>(exit.threshold));
     case K::kLatentDiff:
       if (spec.loop.exit_signal != ExitSignal::kLatentDiff)
         return Status::Error("exit_threshold: criterion 'latent-diff' applies to Huginn-style models");
-      return std::unique_ptr<ExitPolicy>(std::make_unique<LatentDiffExit>(exit.threshold));
+      return with_min_depth(std::make_unique<LatentDiffExit>(exit.threshold));
     case K::kKl:
-      return std::unique_ptr<ExitPolicy>(std::make_unique<KlExit>(exit.threshold));
+      return with_min_depth(std::make_unique<KlExit>(exit.threshold));
     case K::kFixed:
       FATHOM_RETURN_IF_ERROR(check_depth(exit.depth, "exit_depth"));
       return std::unique_ptr<ExitPolicy>(std::make_unique<ReplayExit>(std::vector<int32_t>{exit.depth}, ahead));

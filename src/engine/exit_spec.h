@@ -28,7 +28,7 @@ struct ExitSpec {
   int32_t depth = 0;
   std::vector<int32_t> trace;
   double mean = 0;
-  int32_t min_depth = 1;
+  int32_t min_depth = 1;  // kRandom and the signal kinds: no exit before this depth
   uint64_t seed = 0;
 };
 

@@ -55,4 +55,8 @@ std::string RandomDepthExit::Describe() const {
   return "random depths, mean " + std::to_string(mean_) + ", min " + std::to_string(min_);
 }
 
+std::string MinDepthExit::Describe() const {
+  return inner_->Describe() + ", at least " + std::to_string(min_depth_) + " steps";
+}
+
 }  // namespace fathom

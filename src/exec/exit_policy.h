@@ -65,6 +65,27 @@ class KlExit final : public ExitPolicy {
   double t_;
 };
 
+// A signal policy that may not exit before `min_depth` loop steps (the serving API's
+// `min_loops`). The inner policy sees every step, so stateful signals (Ouro's cumulative
+// exit probability) keep accumulating; an exit it asks for earlier happens at the first
+// step allowed, if it still holds there. `ahead`: steps between a decision and the exit.
+class MinDepthExit final : public ExitPolicy {
+ public:
+  MinDepthExit(std::unique_ptr<ExitPolicy> inner, int32_t min_depth, int32_t ahead)
+      : inner_(std::move(inner)), min_depth_(min_depth), ahead_(ahead) {}
+  void Reset() override { inner_->Reset(); }
+  bool ShouldExit(int32_t step, const StepSignal& s) override {
+    const bool inner = inner_->ShouldExit(step, s);
+    return inner && step + ahead_ >= min_depth_;
+  }
+  bool needs_kl() const override { return inner_->needs_kl(); }
+  std::string Describe() const override;
+
+ private:
+  std::unique_ptr<ExitPolicy> inner_;
+  int32_t min_depth_, ahead_;
+};
+
 // Replayed exit depths (benchmarks, tests): the i-th token (counting Reset calls from 0)
 // exits after depths[i] steps; past the end of the list the last depth repeats. `ahead`
 // is the number of steps between a decision and the exit (1 under the lookahead gate), so
