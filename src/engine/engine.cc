@@ -84,7 +84,7 @@ Result<RequestId> Engine::AddRequest(RequestSpec r) {
   s.stop_ids = r.stop_ids;
   if (r.stop_at_eos && spec.eos_id >= 0) s.stop_ids.push_back(spec.eos_id);
   FATHOM_ASSIGN_OR_RETURN(RequestId id, sched_.AddRequest(std::move(s)));
-  FATHOM_CHECK(id == static_cast<RequestId>(reqs_.size()));
+  FATHOM_CHECK(id == base_ + static_cast<RequestId>(reqs_.size()));
   Req q;
   q.loops = loops;
   q.sampler = std::make_unique<Sampler>(r.seed);
@@ -95,7 +95,7 @@ Result<RequestId> Engine::AddRequest(RequestSpec r) {
 }
 
 void Engine::ReleaseKv(RequestId id) {
-  Req& r = reqs_[static_cast<size_t>(id)];
+  Req& r = At(id);
   if (r.seq < 0) return;
   kv_->Release(r.seq);
   runner_.ReleaseSequence(r.seq);
@@ -109,8 +109,22 @@ bool Engine::Cancel(RequestId id) {
   return true;
 }
 
+void Engine::Forget(RequestId id) {
+  sched_.Forget(id);  // checks that it is a finished request
+  Req& r = At(id);
+  FATHOM_CHECK(r.seq < 0);
+  r.forgotten = true;
+  r.spec = RequestSpec();
+  r.sampler.reset();
+  r.policy.reset();
+  while (!reqs_.empty() && reqs_.front().forgotten) {
+    reqs_.pop_front();
+    ++base_;
+  }
+}
+
 DecodeItem Engine::Item(const WorkItem& w) {
-  Req& r = reqs_[static_cast<size_t>(w.req)];
+  Req& r = At(w.req);
   DecodeItem d;
   d.slot = w.slot;
   d.seq = r.seq;
@@ -127,13 +141,13 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
   out->Clear();
   for (RequestId v : plan.preempt) ReleaseKv(v);
   for (const PrefillWork& c : plan.chunks) {
-    Req& r = reqs_[static_cast<size_t>(c.req)];
+    Req& r = At(c.req);
     if (r.seq >= 0) continue;
     r.seq = kv_->AddSequence(static_cast<int64_t>(r.spec.prompt.size()));
     runner_.AddSequence(r.seq, r.loops);
   }
   for (const KvGrowth& g : plan.grow)
-    FATHOM_CHECK_MSG(kv_->Grow(reqs_[static_cast<size_t>(g.req)].seq, g.new_len),
+    FATHOM_CHECK_MSG(kv_->Grow(At(g.req).seq, g.new_len),
                      "planned KV growth failed: request " << g.req << " to " << g.new_len);
   const int64_t V = model_.spec().vocab;
   switch (plan.stage) {
@@ -141,7 +155,7 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
     case Stage::kPrefill: {
       chunks_.clear();
       for (const PrefillWork& w : plan.chunks) {
-        const Req& r = reqs_[static_cast<size_t>(w.req)];
+        const Req& r = At(w.req);
         PrefillChunk c;
         c.seq = r.seq;
         c.ids = r.spec.prompt.data() + w.pos0;
@@ -157,7 +171,7 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
       for (const PrefillWork& w : plan.chunks) {
         int32_t t = -1;
         if (w.sample) {
-          Req& r = reqs_[static_cast<size_t>(w.req)];
+          Req& r = At(w.req);
           t = r.sampler->Sample(prefill_.logits.data() + k++ * V, V, r.spec.sampling);
         }
         out->tokens.push_back(t);
@@ -167,7 +181,7 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
     case Stage::kPrelude:
       items_.clear();
       for (const WorkItem& w : plan.items) {
-        Req& r = reqs_[static_cast<size_t>(w.req)];
+        Req& r = At(w.req);
         if (!w.replay && r.policy) r.policy->Reset();
         items_.push_back(Item(w));
       }
@@ -176,14 +190,14 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
       items_.clear();
       bool kl = false;
       for (const WorkItem& w : plan.items) {
-        const Req& r = reqs_[static_cast<size_t>(w.req)];
+        const Req& r = At(w.req);
         kl = kl || (!w.replay && r.policy && r.policy->needs_kl());
         items_.push_back(Item(w));
       }
       FATHOM_RETURN_IF_ERROR(runner_.CoreStep(items_, kl, &core_));
       for (size_t i = 0; i < plan.items.size(); ++i) {
         const WorkItem& w = plan.items[i];
-        Req& r = reqs_[static_cast<size_t>(w.req)];
+        Req& r = At(w.req);
         const bool exit = !w.replay && r.policy && r.policy->ShouldExit(w.step + 1, core_.signals[i]);
         out->exit.push_back(exit ? 1 : 0);
       }

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -82,7 +83,11 @@ class Engine {
 
   const std::vector<TokenEvent>& events() const { return events_; }
   const SchedRequestState& request(RequestId id) const { return sched_.request(id); }
-  const std::string& name(RequestId id) const { return reqs_[static_cast<size_t>(id)].spec.name; }
+  const std::string& name(RequestId id) const { return reqs_[static_cast<size_t>(id - base_)].spec.name; }
+  // Drops a finished (or cancelled) request's state once its result was read; request(id)
+  // and name(id) are invalid afterwards. Long-running servers call it so that memory is
+  // bounded by the requests in flight (see Scheduler::Forget).
+  void Forget(RequestId id);
   const EngineStats& stats() const { return stats_; }
   const Scheduler& scheduler() const { return sched_; }
   const Plan& last_plan() const { return plan_; }
@@ -96,11 +101,14 @@ class Engine {
     std::unique_ptr<Sampler> sampler;
     std::unique_ptr<ExitPolicy> policy;
     KvManager::SeqId seq = -1;
+    bool forgotten = false;
   };
   Engine(const Model& model, const EngineOptions& opt, int32_t max_depth, std::unique_ptr<KvManager> kv);
   Status Execute(const Plan& plan, Outcome* out);
   void ReleaseKv(RequestId id);
   DecodeItem Item(const WorkItem& w);
+
+  Req& At(RequestId id) { return reqs_[static_cast<size_t>(id - base_)]; }
 
   const Model& model_;
   EngineOptions opt_;
@@ -108,7 +116,8 @@ class Engine {
   std::unique_ptr<KvManager> kv_;
   StageRunner runner_;
   Scheduler sched_;
-  std::vector<Req> reqs_;
+  std::deque<Req> reqs_;  // ids base_, base_ + 1, ... (as the scheduler's)
+  RequestId base_ = 0;
   EngineStats stats_;
   // Reused every step.
   Plan plan_;

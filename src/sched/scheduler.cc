@@ -63,12 +63,13 @@ Result<RequestId> Scheduler::AddRequest(SchedRequest r) {
                          " tokens) plus max_tokens (" + std::to_string(r.max_tokens) + ") need " +
                          std::to_string(need) + " KV blocks, but the pool has only " +
                          std::to_string(cfg_.kv_blocks));
-  const auto id = static_cast<RequestId>(reqs_.size());
+  const auto id = static_cast<RequestId>(num_requests());
   Req q;
   q.spec = std::move(r);
   q.arrival = id;
   q.queue = Req::Queue::kWaiting;
   reqs_.push_back(std::move(q));
+  forgotten_.push_back(false);
   active_.push_back(id);
   waiting_.push_back(id);
   return id;
@@ -222,7 +223,7 @@ void Scheduler::Schedule(Plan* plan) const {
 }
 
 void Scheduler::Detach(RequestId id) {
-  Req& r = reqs_[static_cast<size_t>(id)];
+  Req& r = At(id);
   switch (r.queue) {
     case Req::Queue::kWaiting: Erase(waiting_, id); break;
     case Req::Queue::kReady: Erase(ready_, id); break;
@@ -238,7 +239,7 @@ void Scheduler::Detach(RequestId id) {
 
 void Scheduler::Preempt(RequestId id) {
   Detach(id);
-  Req& r = reqs_[static_cast<size_t>(id)];
+  Req& r = At(id);
   free_blocks_ += Blocks(r, r.kv_len);
   r.kv_len = 0;
   r.prefilled = 0;
@@ -253,7 +254,7 @@ void Scheduler::Preempt(RequestId id) {
 
 void Scheduler::Finish(RequestId id, FinishReason why) {
   Detach(id);
-  Req& r = reqs_[static_cast<size_t>(id)];
+  Req& r = At(id);
   free_blocks_ += Blocks(r, r.kv_len);
   r.kv_len = 0;
   r.done = true;
@@ -262,7 +263,7 @@ void Scheduler::Finish(RequestId id, FinishReason why) {
 }
 
 void Scheduler::Emit(RequestId id, int32_t token, int32_t depth, std::vector<TokenEvent>* events) {
-  Req& r = reqs_[static_cast<size_t>(id)];
+  Req& r = At(id);
   r.tokens.push_back(token);
   r.depths.push_back(depth);
   FinishReason why = FinishReason::kNone;
@@ -275,7 +276,7 @@ void Scheduler::Emit(RequestId id, int32_t token, int32_t depth, std::vector<Tok
 }
 
 bool Scheduler::Cancel(RequestId id, std::vector<TokenEvent>* events) {
-  if (id < 0 || id >= static_cast<RequestId>(reqs_.size()) || request(id).done) return false;
+  if (id < base_ || id >= num_requests() || request(id).done) return false;
   Finish(id, FinishReason::kCancelled);
   events->push_back({id, -1, 0, FinishReason::kCancelled});
   return true;
@@ -284,7 +285,7 @@ bool Scheduler::Cancel(RequestId id, std::vector<TokenEvent>* events) {
 void Scheduler::Update(const Plan& plan, const Outcome& out, std::vector<TokenEvent>* events) {
   for (RequestId v : plan.preempt) Preempt(v);
   for (const KvGrowth& g : plan.grow) {
-    Req& r = reqs_[static_cast<size_t>(g.req)];
+    Req& r = At(g.req);
     free_blocks_ -= GrowCost(r, g.new_len);
     r.kv_len = std::max(r.kv_len, g.new_len);
     FATHOM_CHECK_MSG(free_blocks_ >= 0, "KV ledger overdrawn: " << free_blocks_);
@@ -294,7 +295,7 @@ void Scheduler::Update(const Plan& plan, const Outcome& out, std::vector<TokenEv
     case Stage::kPrefill:
       for (size_t i = 0; i < plan.chunks.size(); ++i) {
         const PrefillWork& c = plan.chunks[i];
-        Req& r = reqs_[static_cast<size_t>(c.req)];
+        Req& r = At(c.req);
         r.prefilled = c.pos0 + c.n;
         if (!c.last) continue;
         Erase(waiting_, c.req);
@@ -305,7 +306,7 @@ void Scheduler::Update(const Plan& plan, const Outcome& out, std::vector<TokenEv
       break;
     case Stage::kPrelude:
       for (const WorkItem& it : plan.items) {
-        Req& r = reqs_[static_cast<size_t>(it.req)];
+        Req& r = At(it.req);
         Erase(ready_, it.req);
         r.slot = it.slot;
         slot_owner_[static_cast<size_t>(it.slot)] = it.req;
@@ -324,7 +325,7 @@ void Scheduler::Update(const Plan& plan, const Outcome& out, std::vector<TokenEv
     case Stage::kCore:
       for (size_t i = 0; i < plan.items.size(); ++i) {
         const WorkItem& it = plan.items[i];
-        Req& r = reqs_[static_cast<size_t>(it.req)];
+        Req& r = At(it.req);
         r.steps = it.step + 1;
         if (!r.decided && out.exit[i]) {
           r.decided = true;
@@ -341,7 +342,7 @@ void Scheduler::Update(const Plan& plan, const Outcome& out, std::vector<TokenEv
     case Stage::kCoda:
       for (size_t i = 0; i < plan.items.size(); ++i) {
         const WorkItem& it = plan.items[i];
-        Req& r = reqs_[static_cast<size_t>(it.req)];
+        Req& r = At(it.req);
         const int32_t depth = r.steps;
         Detach(it.req);
         ++r.fed;
@@ -355,9 +356,24 @@ void Scheduler::Update(const Plan& plan, const Outcome& out, std::vector<TokenEv
   ++step_;
 }
 
+void Scheduler::Forget(RequestId id) {
+  FATHOM_CHECK_MSG(id >= base_ && id < num_requests() && request(id).done,
+                   "Forget(" << id << "): not a finished request");
+  forgotten_[static_cast<size_t>(id - base_)] = true;
+  Req& r = At(id);
+  r.tokens = {};
+  r.depths = {};
+  r.spec.stop_ids = {};
+  while (!reqs_.empty() && forgotten_.front()) {
+    reqs_.pop_front();
+    forgotten_.pop_front();
+    ++base_;
+  }
+}
+
 void Scheduler::CheckInvariants() const {
   int64_t held = 0;
-  for (RequestId id = 0; id < static_cast<RequestId>(reqs_.size()); ++id) {
+  for (RequestId id = base_; id < num_requests(); ++id) {
     const Req& r = request(id);
     held += Blocks(r, r.kv_len);
     const int in = int(Contains(waiting_, id)) + int(Contains(ready_, id)) + int(Contains(loop_, id)) +

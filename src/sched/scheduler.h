@@ -40,6 +40,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <string_view>
 #include <vector>
@@ -107,8 +108,16 @@ class Scheduler {
   void Update(const Plan& plan, const Outcome& out, std::vector<TokenEvent>* events);
 
   bool HasWork() const { return !active_.empty(); }
-  const SchedRequestState& request(RequestId id) const { return reqs_[static_cast<size_t>(id)]; }
-  int64_t num_requests() const { return static_cast<int64_t>(reqs_.size()); }
+  // A request added and not yet forgotten.
+  const SchedRequestState& request(RequestId id) const { return reqs_[static_cast<size_t>(id - base_)]; }
+  // Ids issued so far (ids are never reused).
+  int64_t num_requests() const { return base_ + static_cast<int64_t>(reqs_.size()); }
+  // Drops a finished request's state (a long-running server calls this once it has read
+  // the result). Storage is reclaimed in id order: up to the oldest request not forgotten,
+  // so memory stays bounded by the requests in flight, not by the requests ever served.
+  void Forget(RequestId id);
+  // Requests whose state is still stored (in flight, or finished and not yet reclaimed).
+  int64_t retained() const { return static_cast<int64_t>(reqs_.size()); }
   const std::vector<RequestId>& waiting() const { return waiting_; }
   const std::vector<RequestId>& ready() const { return ready_; }
   const std::vector<RequestId>& looping() const { return loop_; }
@@ -140,8 +149,12 @@ class Scheduler {
   void Emit(RequestId id, int32_t token, int32_t depth, std::vector<TokenEvent>* events);
   void Finish(RequestId id, FinishReason why);
 
+  Req& At(RequestId id) { return reqs_[static_cast<size_t>(id - base_)]; }
+
   SchedConfig cfg_;
-  std::vector<Req> reqs_;
+  std::deque<Req> reqs_;      // ids base_, base_ + 1, ...
+  std::deque<bool> forgotten_;
+  RequestId base_ = 0;
   std::vector<RequestId> active_;  // not finished
   std::vector<RequestId> waiting_, ready_, loop_, coda_;
   std::vector<RequestId> slot_owner_;  // [width], -1 free

@@ -1,5 +1,7 @@
 #include "serve/engine_loop.h"
 
+#include <omp.h>
+
 #include <algorithm>
 
 namespace fathom::serve {
@@ -21,7 +23,13 @@ EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, EngineLoopOptions opt)
   start_time_ = Now();
   rate_samples_.emplace_back(start_time_, 0);
   UpdateMetrics();
-  thread_ = std::thread([this] { Run(); });
+  // OpenMP's thread count is per thread: a new std::thread starts from the global default
+  // (every core), not from its creator's omp_set_num_threads (`--threads`). Carry it over.
+  const int omp_threads = omp_get_max_threads();
+  thread_ = std::thread([this, omp_threads] {
+    omp_set_num_threads(omp_threads);
+    Run();
+  });
 }
 
 EngineLoop::~EngineLoop() { Stop(); }
@@ -171,6 +179,7 @@ void EngineLoop::Deliver(const std::vector<TokenEvent>& events) {
     if (e.finish == FinishReason::kNone) continue;
     ids_.erase(it->second.get());
     active_.erase(it);
+    engine_->Forget(e.req);  // its result is in the stream: memory stays bounded
     FinishOne(e.finish);
   }
 }
@@ -192,6 +201,7 @@ void EngineLoop::FailAll(const std::string& message) {
   // request (each cancelled in the engine so that its KV is freed) rather than crash.
   for (auto& [id, stream] : active_) {
     engine_->Cancel(id);
+    if (engine_->request(id).done) engine_->Forget(id);
     stream->Fail(message);
     ++failed_;
     FinishOne(FinishReason::kNone);

@@ -239,6 +239,36 @@ TEST(Engine, CancelFreesEverything) {
   EXPECT_GT((*e)->stats().schedule_seconds, 0);
 }
 
+// A server forgets each request once it has read the result: storage stays bounded by the
+// requests in flight, and later requests still generate what they generate alone.
+TEST(Engine, ForgottenRequestsAreReclaimed) {
+  const Model& m = TinyModel("ouro");
+  auto e = Engine::Create(m, EngineOptions{});
+  ASSERT_TRUE(e.ok());
+  auto spec = [](int i) {
+    RequestSpec r;
+    r.prompt = {3 + i % 7, 9, 4 + i % 5};
+    r.max_tokens = 3;
+    r.stop_at_eos = false;
+    return r;
+  };
+  for (int round = 0; round < 20; ++round) {
+    std::vector<RequestId> ids;
+    for (int i = 0; i < 4; ++i) ids.push_back((*e)->AddRequest(spec(round * 4 + i)).value());
+    ASSERT_TRUE((*e)->RunToCompletion().ok());
+    for (int i = 0; i < 4; ++i) {
+      auto alone = Engine::Create(m, EngineOptions{});
+      const RequestId a = (*alone)->AddRequest(spec(round * 4 + i)).value();
+      ASSERT_TRUE((*alone)->RunToCompletion().ok());
+      EXPECT_EQ((*e)->request(ids[static_cast<size_t>(i)]).tokens, (*alone)->request(a).tokens);
+    }
+    for (RequestId id : ids) (*e)->Forget(id);
+    EXPECT_EQ((*e)->scheduler().retained(), 0);
+  }
+  EXPECT_EQ((*e)->scheduler().num_requests(), 80);
+  EXPECT_EQ((*e)->kv().bytes_used(), 0u);
+}
+
 }  // namespace
 }  // namespace fathom
 

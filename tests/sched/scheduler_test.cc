@@ -291,5 +291,30 @@ TEST(Scheduler, RejectsWhatCanNeverFitAndCancels) {
   EXPECT_EQ(s.free_blocks(), 8);
 }
 
+TEST(Scheduler, ForgetReclaimsFinishedRequestsInIdOrder) {
+  Scheduler s(Config(SchedMode::kCdbRefill));
+  FakeRunner f;
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(s.AddRequest(Req(3, 2, 4)).value());
+  Drive(s, f);
+  const std::vector<int32_t> tokens2 = s.request(ids[2]).tokens;
+  s.Forget(ids[1]);  // not the oldest: its storage waits for request 0
+  EXPECT_EQ(s.retained(), 3);
+  EXPECT_TRUE(s.request(ids[0]).done);
+  s.Forget(ids[0]);
+  EXPECT_EQ(s.retained(), 1);
+  EXPECT_EQ(s.request(ids[2]).tokens, tokens2);  // the survivor is intact
+  EXPECT_EQ(s.num_requests(), 3);                // ids are never reused
+  // New requests keep running after the reclaim, with fresh ids.
+  const RequestId next = s.AddRequest(Req(3, 2, 4)).value();
+  EXPECT_EQ(next, 3);
+  Drive(s, f);
+  EXPECT_EQ(s.request(next).tokens.size(), 2u);
+  s.Forget(ids[2]);
+  s.Forget(next);
+  EXPECT_EQ(s.retained(), 0);
+  s.CheckInvariants();
+}
+
 }  // namespace
 }  // namespace fathom
