@@ -241,6 +241,9 @@ std::optional<ApiError> ParseApiRequest(Endpoint endpoint, std::string_view body
     if (what.find("UTF-8") != std::string::npos)
       return InvalidRequest("", "the request body is not valid UTF-8 (at byte " + std::to_string(e.byte) + ")");
     return InvalidRequest("", "the request body is not valid JSON: " + what);
+  } catch (const json::exception& e) {
+    // E.g. out_of_range 406: a number literal beyond double's range (1e309).
+    return InvalidRequest("", std::string("the request body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) return InvalidRequest("", "the request body must be a JSON object, found " + TypeName(j));
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <random>
 #include <thread>
 
 #include "model/test_util.h"
@@ -338,6 +339,61 @@ TEST_F(HttpServerTest, BadInputsGetOpenAiErrors) {
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
   EXPECT_GE(MetricValue(Metrics(), "fathom_requests_rejected_total", "status=\"400\""), 11);
+}
+
+// Seeded mutations of valid bodies (bytes flipped, inserted, deleted, truncated; values
+// swapped for other JSON types): every answer is a 200 with a completion or a 4xx with an
+// OpenAI error body, and the server keeps serving.
+TEST_F(HttpServerTest, MutatedBodiesNeverBreakTheServer) {
+  StartServer();
+  const std::vector<std::pair<std::string, std::string>> seeds = {
+      {"/v1/completions", CompletionBody("the cat", 2)},
+      {"/v1/completions", CompletionBody("a b", 2, true, R"("stop": ["x"], "stream_options": {"include_usage": true})")},
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "temperature": 0, "top_p": 0.5})"},
+      {"/v1/completions", R"({"prompt": [1, 2, 3], "max_tokens": 2, "exit_threshold": 0.5, "min_loops": 2})"},
+  };
+  const std::vector<std::string> values = {"null", "true", "-1", "1e309", "\"\"", "[]", "{}", "[[[]]]", "\"\\u0000\"",
+                                           "18446744073709551616", "0.5", "\"\xff\""};
+  std::mt19937 rng(1234);
+  int ok = 0, errors = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const auto& [path, seed] = seeds[static_cast<size_t>(i) % seeds.size()];
+    std::string body = seed;
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits && !body.empty(); ++e) {
+      const size_t at = rng() % body.size();
+      switch (rng() % 5) {
+        case 0: body[at] = static_cast<char>(rng() % 256); break;
+        case 1: body.insert(at, 1, "{}[]\",:0\\"[rng() % 9]); break;
+        case 2: body.erase(at, 1 + rng() % 4); break;
+        case 3: body.resize(at); break;
+        default: {  // a value after some ':' replaced by another JSON type
+          const size_t colon = body.find(':', at);
+          if (colon == std::string::npos) break;
+          size_t end = body.find_first_of(",}", colon + 1);
+          if (end == std::string::npos) end = body.size();
+          body.replace(colon + 1, end - colon - 1, values[rng() % values.size()]);
+        }
+      }
+    }
+    auto r = Post(path, body);
+    ASSERT_TRUE(r) << "no answer to " << body;
+    if (r->status == 200) {
+      ++ok;
+      continue;
+    }
+    ++errors;
+    EXPECT_GE(r->status, 400) << body;
+    EXPECT_LT(r->status, 500) << body << " -> " << r->body;
+    json j = json::parse(r->body, nullptr, false);
+    EXPECT_TRUE(j.is_object() && j.contains("error") && j["error"]["message"].is_string()) << body << " -> " << r->body;
+  }
+  EXPECT_GT(errors, 100);  // the mutations do reach the validators
+  auto alive = Post("/v1/completions", CompletionBody("still here", 2));
+  ASSERT_TRUE(alive);
+  EXPECT_EQ(alive->status, 200);
+  (void)ok;
 }
 
 TEST_F(HttpServerTest, ModelsHealthAndMetrics) {
