@@ -9,5 +9,6 @@ namespace fathom::cli {
 int RunBenchOffline(const std::vector<std::string>& args);
 int RunBenchOnline(const std::vector<std::string>& args);
 int RunBenchKSweep(const std::vector<std::string>& args);
+int RunBenchServe(const std::vector<std::string>& args);  // bench_serve.cc
 
 }  // namespace fathom::cli
