@@ -2,13 +2,19 @@
 // heads that share it. The unit first resolves its key list (segments, block tables, hole
 // masks) into per-thread arrays of K and V row pointers, then runs a two-pass softmax:
 // scores for all keys, exp and sum, then the weighted sum of V.
+//
+// Prefill: runs of consecutive rows with the same keys up to their ends (one sequence's
+// prompt positions, causal) go to the tiled kernel (paged_attention_tiled.cc, AVX-512F),
+// which reads each key once per tile of rows instead of once per row.
 #include "kernels/paged_attention.h"
 
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -113,26 +119,113 @@ void AttendGathered(const float* q, int64_t hp, int64_t hd, float scale, int64_t
   }
 }
 
+// Rows that attend as a tile: at least this many (fewer go row by row).
+constexpr int64_t kMinTileRows = 4;
+
+std::atomic<bool> g_tiles_enabled{true};
+
+std::vector<std::pair<int64_t, int64_t>>& Runs() {
+  thread_local std::vector<std::pair<int64_t, int64_t>> runs;
+  return runs;
+}
+
+int64_t CountKeys(const PagedAttentionRow* rows, int64_t n_rows, const KeySegment* segments) {
+  int64_t keys = 0;
+  for (int64_t i = 0; i < n_rows; ++i)
+    for (int32_t j = rows[i].seg_begin; j < rows[i].seg_end; ++j)
+      keys += segments[j].end - segments[j].begin;
+  return keys;
+}
+
+// A row the tile kernel can take: positions fit its int32 lanes.
+bool Tileable(const PagedAttentionRow& r, const KeySegment* segs) {
+  for (int32_t j = r.seg_begin; j < r.seg_end; ++j)
+    if (segs[j].begin < 0 || segs[j].end > std::numeric_limits<int32_t>::max()) return false;
+  return true;
+}
+
+// Whether b's key list is a's up to where each segment ends.
+bool SameKeys(const PagedAttentionRow& a, const PagedAttentionRow& b, const KeySegment* segs) {
+  if (b.seg_end - b.seg_begin != a.seg_end - a.seg_begin) return false;
+  for (int32_t j = 0; j < a.seg_end - a.seg_begin; ++j) {
+    const KeySegment& x = segs[a.seg_begin + j];
+    const KeySegment& y = segs[b.seg_begin + j];
+    if (x.block_table != y.block_table || x.begin != y.begin || x.key_steps != y.key_steps ||
+        (x.key_steps && x.min_step != y.min_step) || y.end > std::numeric_limits<int32_t>::max())
+      return false;
+  }
+  return true;
+}
+
+void AttendRow(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow& row,
+               const KeySegment* segments, int64_t kvh, int64_t group) {
+  const int64_t hd = s.head_dim;
+  UnitScratch& sc = Scratch();
+  const int64_t n = GatherKeys(kv, row, segments, kvh * hd, sc);
+  AttendGathered(row.q + kvh * group * hd, group, hd, s.scale, n, sc, row.out + kvh * group * hd);
+}
+
 }  // namespace
+
+namespace internal {
+
+void PagedAttentionRowwise(const AttentionShape& s, const PagedKvView& kv,
+                           const PagedAttentionRow* rows, int64_t n_rows,
+                           const KeySegment* segments) {
+  FATHOM_CHECK_MSG(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0,
+                   "n_heads=" << s.n_heads << " n_kv_heads=" << s.n_kv_heads);
+  const int64_t group = s.n_heads / s.n_kv_heads, hd = s.head_dim;
+  const int64_t units = n_rows * s.n_kv_heads;
+  const bool parallel = CountKeys(rows, n_rows, segments) * s.n_heads * hd >= (int64_t{1} << 16) &&
+                        units > 1;
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+  for (int64_t u = 0; u < units; ++u) {
+    const int64_t i = u / s.n_kv_heads, kvh = u % s.n_kv_heads;
+    AttendRow(s, kv, rows[i], segments, kvh, group);
+  }
+}
+
+void SetPagedAttentionTilesForTesting(bool enabled) { g_tiles_enabled.store(enabled); }
+
+}  // namespace internal
 
 void PagedAttention(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow* rows,
                     int64_t n_rows, const KeySegment* segments) {
   FATHOM_CHECK_MSG(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0,
                    "n_heads=" << s.n_heads << " n_kv_heads=" << s.n_kv_heads);
   const int64_t group = s.n_heads / s.n_kv_heads, hd = s.head_dim;
-  const int64_t units = n_rows * s.n_kv_heads;
-  int64_t keys = 0;
-  for (int64_t i = 0; i < n_rows; ++i)
-    for (int32_t j = rows[i].seg_begin; j < rows[i].seg_end; ++j)
-      keys += segments[j].end - segments[j].begin;
-  const bool parallel = keys * s.n_heads * hd >= (int64_t{1} << 16) && units > 1;
+  const int64_t max_tile = internal::kMaxTileQueries / group;
+  if (max_tile < kMinTileRows || !g_tiles_enabled.load(std::memory_order_relaxed) ||
+      !internal::PagedAttentionTilesSupported()) {
+    internal::PagedAttentionRowwise(s, kv, rows, n_rows, segments);
+    return;
+  }
+  // Runs of compatible consecutive rows become tiles (at most max_tile rows); runs shorter
+  // than kMinTileRows stay single rows.
+  std::vector<std::pair<int64_t, int64_t>>& runs = Runs();  // (first row, row count)
+  runs.clear();
+  for (int64_t i = 0; i < n_rows;) {
+    int64_t j = i + 1;
+    if (Tileable(rows[i], segments))
+      while (j < n_rows && j - i < max_tile && SameKeys(rows[i], rows[j], segments)) ++j;
+    if (j - i < kMinTileRows)
+      for (int64_t r = i; r < j; ++r) runs.emplace_back(r, 1);
+    else
+      runs.emplace_back(i, j - i);
+    i = j;
+  }
+  const auto n_runs = static_cast<int64_t>(runs.size());
+  const int64_t units = n_runs * s.n_kv_heads;
+  const bool parallel = CountKeys(rows, n_rows, segments) * s.n_heads * hd >= (int64_t{1} << 16) &&
+                        units > 1;
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
   for (int64_t u = 0; u < units; ++u) {
-    const int64_t i = u / s.n_kv_heads, kvh = u % s.n_kv_heads;
-    UnitScratch& sc = Scratch();
-    const int64_t n = GatherKeys(kv, rows[i], segments, kvh * hd, sc);
-    AttendGathered(rows[i].q + kvh * group * hd, group, hd, s.scale, n, sc,
-                   rows[i].out + kvh * group * hd);
+    const auto [first, count] = runs[static_cast<size_t>(u / s.n_kv_heads)];
+    const int64_t kvh = u % s.n_kv_heads;
+    if (count == 1)
+      AttendRow(s, kv, rows[first], segments, kvh, group);
+    else
+      internal::PagedAttentionTile(s, kv, rows + first, count, segments, kvh);
   }
 }
 

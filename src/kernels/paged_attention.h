@@ -47,4 +47,24 @@ void PagedAttentionReference(const AttentionShape& s, const PagedKvView& kv,
                              const PagedAttentionRow* rows, int64_t n_rows,
                              const KeySegment* segments);
 
+namespace internal {
+// The pieces PagedAttention combines, exposed for tests and benchmarks.
+// Per-row path only (AVX2): every row streams all of its keys.
+void PagedAttentionRowwise(const AttentionShape& s, const PagedKvView& kv,
+                           const PagedAttentionRow* rows, int64_t n_rows,
+                           const KeySegment* segments);
+// Whether the tiled prefill path can run here (AVX-512F).
+bool PagedAttentionTilesSupported();
+// Rows [0, n_rows) as one tile against KV head kvh: the rows must have the same number of
+// segments and, segment by segment, the same block_table, begin, key_steps and min_step
+// (ends may differ), n_rows * (n_heads / n_kv_heads) <= kMaxTileQueries, positions < 2^31.
+// Requires PagedAttentionTilesSupported().
+inline constexpr int64_t kMaxTileQueries = 64;
+void PagedAttentionTile(const AttentionShape& s, const PagedKvView& kv,
+                        const PagedAttentionRow* rows, int64_t n_rows, const KeySegment* segments,
+                        int64_t kvh);
+// Turns the tiled path off (true: PagedAttention uses it where it applies).
+void SetPagedAttentionTilesForTesting(bool enabled);
+}  // namespace internal
+
 }  // namespace fathom

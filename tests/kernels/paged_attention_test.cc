@@ -1,5 +1,6 @@
 // PagedAttention against its scalar reference: rows of different sequences with shuffled
-// block tables, one or two key segments, hole masks, GQA ratios and odd head sizes.
+// block tables, one or two key segments, hole masks, GQA ratios and odd head sizes; and
+// prefill-shaped calls, which take the tiled path where the CPU has it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -74,6 +75,93 @@ TEST(PagedAttentionTest, MatchesReference) {
                                    {6, 3, 40}, {55, 55, 96}, {4, 1, 7}};
   uint32_t seed = 1;
   for (const Case& c : cases) RunCase(c, seed++);
+}
+
+// Prefill-shaped calls: runs of consecutive prompt positions (causal ends) of several
+// sequences, long enough to form several tiles, with lengths that are not multiples of the
+// block, tile or key-chunk sizes; one- and two-segment (hybrid) runs, hole masks, a run whose
+// first rows see no key, and single decode rows mixed in between.
+void RunPrefillCase(const Case& c, uint32_t seed, bool tiles) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const int32_t block = 16;
+  const int64_t row = c.n_kv_heads * c.head_dim, n_blocks = 240, stride = block * row;
+  std::vector<float> k(static_cast<size_t>(n_blocks * stride)), v(k.size());
+  for (float& x : k) x = 2.f * u(rng);
+  for (float& x : v) x = u(rng);
+  const PagedKvView view{k.data(), v.data(), stride, row, block};
+  std::vector<int32_t> perm(n_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<std::vector<int32_t>> tables;
+  for (int t = 0; t < 4; ++t) tables.emplace_back(perm.begin() + 60 * t, perm.begin() + 60 * (t + 1));
+  std::vector<int16_t> steps(1000), dark(1000);  // dark: the first 150 positions never ran
+  for (int16_t& x : steps) x = static_cast<int16_t>(rng() % 4);
+  for (size_t p = 0; p < dark.size(); ++p) dark[p] = static_cast<int16_t>(p < 150 ? 0 : 1 + rng() % 3);
+
+  const int64_t qd = c.n_heads * c.head_dim;
+  std::vector<KeySegment> segs;
+  // kind 0: causal one segment; 1: hybrid (fixed prompt segment + causal segment);
+  // 2: causal with holes; 3: causal with the dark mask (rows below 151 see nothing);
+  // 4: a single decode row of another sequence.
+  struct Run { int kind; int64_t start, len; };
+  const std::vector<Run> runs = {{0, 37, 150}, {4, 500, 1}, {1, 300, 77},  {2, 0, 131},
+                                 {0, 0, 3},    {3, 120, 70}, {4, 900, 1}, {2, 600, 66}};
+  std::vector<PagedAttentionRow> rows;
+  for (size_t ri = 0; ri < runs.size(); ++ri) {
+    const Run& r = runs[ri];
+    const auto& table = tables[ri % 4];
+    for (int64_t i = 0; i < r.len; ++i) {
+      const int64_t pos = r.start + i;
+      PagedAttentionRow a;
+      a.seg_begin = static_cast<int32_t>(segs.size());
+      switch (r.kind) {
+        case 1:
+          segs.push_back({tables[(ri + 1) % 4].data(), 0, 211, nullptr, 0});
+          segs.push_back({table.data(), 211, pos + 1, nullptr, 0});
+          break;
+        case 2: segs.push_back({table.data(), 0, pos + 1, steps.data(), 1}); break;
+        case 3: segs.push_back({table.data(), 0, pos + 1, dark.data(), 0}); break;
+        default: segs.push_back({table.data(), 0, pos + 1, nullptr, 0}); break;
+      }
+      a.seg_end = static_cast<int32_t>(segs.size());
+      rows.push_back(a);
+    }
+  }
+  const auto n_rows = static_cast<int64_t>(rows.size());
+  std::vector<float> q(static_cast<size_t>(n_rows * qd)), out(q.size(), 7.f), ref(q.size());
+  for (float& x : q) x = 2.f * u(rng);
+  for (int64_t i = 0; i < n_rows; ++i) rows[static_cast<size_t>(i)].q = q.data() + i * qd;
+  for (int64_t i = 0; i < n_rows; ++i) rows[static_cast<size_t>(i)].out = out.data() + i * qd;
+  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim,
+                             1.f / std::sqrt(static_cast<float>(c.head_dim))};
+  internal::SetPagedAttentionTilesForTesting(tiles);
+  PagedAttention(shape, view, rows.data(), n_rows, segs.data());
+  internal::SetPagedAttentionTilesForTesting(true);
+  for (int64_t i = 0; i < n_rows; ++i) rows[static_cast<size_t>(i)].out = ref.data() + i * qd;
+  PagedAttentionReference(shape, view, rows.data(), n_rows, segs.data());
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    max_diff = std::max(max_diff, static_cast<double>(std::abs(out[i] - ref[i])));
+    max_ref = std::max(max_ref, static_cast<double>(std::abs(ref[i])));
+  }
+  EXPECT_LE(max_diff, 1e-5 * max_ref) << "heads " << c.n_heads << "/" << c.n_kv_heads << " dim "
+                                      << c.head_dim << " tiles " << tiles;
+  // Kind-3 rows at positions below 150 see no key: exactly zero.
+  int64_t first = 0;
+  for (size_t ri = 0; ri < runs.size() && runs[ri].kind != 3; ++ri) first += runs[ri].len;
+  for (int64_t i = 0; i < 30; ++i)
+    for (int64_t d = 0; d < qd; ++d) ASSERT_EQ(out[static_cast<size_t>((first + i) * qd + d)], 0.f);
+}
+
+TEST(PagedAttentionTest, PrefillRunsMatchReference) {
+  const std::vector<Case> cases = {{8, 8, 64}, {8, 2, 24}, {32, 4, 64}, {16, 16, 128},
+                                   {6, 3, 40}, {4, 1, 7},  {12, 12, 96}, {64, 1, 32}};
+  uint32_t seed = 100;
+  for (const Case& c : cases) {
+    RunPrefillCase(c, seed, true);
+    RunPrefillCase(c, seed++, false);
+  }
 }
 
 TEST(PagedAttentionTest, RowWithNoVisibleKeyIsZero) {
