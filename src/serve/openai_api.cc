@@ -297,6 +297,14 @@ std::optional<ApiError> ParseApiRequest(Endpoint endpoint, std::string_view body
   return std::nullopt;
 }
 
+ModelLimits LimitsOf(const Model& model, const Engine& engine) {
+  ModelLimits l;
+  l.max_positions = model.rope().max_positions();
+  l.looped = model.spec().loop.looped;
+  l.max_loops = engine.max_depth();
+  return l;
+}
+
 std::optional<ApiError> BuildRequestSpec(const ApiRequest& req, std::vector<int32_t> prompt,
                                          const ModelLimits& limits, const std::vector<int32_t>& stop_ids,
                                          uint64_t seed, RequestSpec* out) {

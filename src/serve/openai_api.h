@@ -69,6 +69,8 @@ struct ModelLimits {
   bool looped = false;
   int32_t max_loops = 0;      // the engine's KV depth
 };
+// The limits of `engine` serving `model` (its KV depth, the model's positions).
+ModelLimits LimitsOf(const Model& model, const Engine& engine);
 
 // The engine request for a parsed ApiRequest and its prompt ids. `stop_ids` are the
 // tokenizer's end-of-generation ids (dropped with ignore_eos); `seed` is used when the

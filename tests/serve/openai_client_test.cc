@@ -48,10 +48,7 @@ Expected RunAlone(const Model& model, const Tokenizer& tok, Endpoint ep, const j
   }
   auto engine = Engine::Create(model, EngineOptions{});
   EXPECT_TRUE(engine.ok()) << engine.status().message();
-  ModelLimits limits;
-  limits.max_positions = model.rope().max_positions();
-  limits.looped = model.spec().loop.looped;
-  limits.max_loops = (*engine)->max_depth();
+  const ModelLimits limits = LimitsOf(model, **engine);
   RequestSpec spec;
   const auto build_err = BuildRequestSpec(ar, prompt, limits, tok.stop_ids(), 0, &spec);
   EXPECT_FALSE(build_err.has_value()) << build_err->message;

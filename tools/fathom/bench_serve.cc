@@ -324,9 +324,7 @@ int RunBenchServe(const std::vector<std::string>& args) {
   {
     auto probe = Engine::Create(**model, opt);
     if (!probe.ok()) return Fail(cmd, probe.status().message(), 1);
-    limits.max_positions = (*model)->rope().max_positions();
-    limits.looped = spec.loop.looped;
-    limits.max_loops = (*probe)->max_depth();
+    limits = serve::LimitsOf(**model, **probe);
   }
 
   // The requests: one /v1/completions body each, and the engine RequestSpec the server

@@ -103,10 +103,7 @@ int RunServe(const std::vector<std::string>& args) {
   opt.kv_bytes = static_cast<size_t>(kv_mb) << 20;
   auto engine = Engine::Create(**model, opt);
   if (!engine.ok()) return Fail("serve", engine.status().message(), 1);
-  serve::ModelLimits limits;
-  limits.max_positions = (*model)->rope().max_positions();
-  limits.looped = spec.loop.looped;
-  limits.max_loops = (*engine)->max_depth();
+  const serve::ModelLimits limits = serve::LimitsOf(**model, **engine);
 
   serve::EngineLoopOptions lopt;
   lopt.max_pending = max_pending;
