@@ -305,6 +305,12 @@ ModelLimits LimitsOf(const Model& model, const Engine& engine) {
   return l;
 }
 
+Status CheckVocabulary(const Tokenizer& tok, const ModelSpec& spec) {
+  if (tok.vocab_size() <= spec.vocab) return Status::Ok();
+  return Status::Error("the tokenizer has " + std::to_string(tok.vocab_size()) +
+                       " tokens but the model's vocab_size is " + std::to_string(spec.vocab));
+}
+
 std::optional<ApiError> BuildRequestSpec(const ApiRequest& req, std::vector<int32_t> prompt,
                                          const ModelLimits& limits, const std::vector<int32_t>& stop_ids,
                                          uint64_t seed, RequestSpec* out) {

@@ -21,6 +21,7 @@
 
 #include "engine/engine.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fathom::serve {
 
@@ -71,6 +72,8 @@ struct ModelLimits {
 };
 // The limits of `engine` serving `model` (its KV depth, the model's positions).
 ModelLimits LimitsOf(const Model& model, const Engine& engine);
+// Error if the tokenizer can produce ids the model has no embedding for.
+Status CheckVocabulary(const Tokenizer& tok, const ModelSpec& spec);
 
 // The engine request for a parsed ApiRequest and its prompt ids. `stop_ids` are the
 // tokenizer's end-of-generation ids (dropped with ignore_eos); `seed` is used when the

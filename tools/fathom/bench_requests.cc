@@ -1,6 +1,7 @@
 #include "bench_requests.h"
 
 #include "bench/dataset.h"
+#include "serve/openai_api.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fathom::cli {
@@ -18,9 +19,7 @@ Result<BenchRequests> MakeBenchRequests(const BenchRequestSource& src, const Mod
     const std::string tok_dir = src.tokenizer.empty() ? src.model_dir : src.tokenizer;
     auto tok = Tokenizer::Load(tok_dir);
     if (!tok.ok()) return tok.status().WithContext("--dataset needs a tokenizer (--tokenizer DIR)");
-    if ((*tok)->vocab_size() > spec.vocab)
-      return Status::Error("--tokenizer: its vocabulary (" + std::to_string((*tok)->vocab_size()) +
-                           " ids) exceeds the model's vocab_size " + std::to_string(spec.vocab));
+    FATHOM_RETURN_IF_ERROR(serve::CheckVocabulary(**tok, spec).WithContext("--tokenizer"));
     FATHOM_ASSIGN_OR_RETURN(auto data, bench::LoadDataset(src.workload, src.dataset, **tok, src.n, src.seed));
     out.reqs = bench::MakeRequests(data, spec, exits, src.seed);
     out.control_reqs = bench::MakeRequests(data, spec, {0, 1, 0}, src.seed);

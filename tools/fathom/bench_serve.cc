@@ -304,11 +304,7 @@ int RunBenchServe(const std::vector<std::string>& args) {
   auto tok = Tokenizer::Load(model_dir);
   if (!tok.ok()) return Fail(cmd, tok.status().message(), 1);
   const ModelSpec& spec = (*model)->spec();
-  if ((*tok)->vocab_size() > spec.vocab)
-    return Fail(cmd,
-                "the tokenizer has " + std::to_string((*tok)->vocab_size()) +
-                    " tokens but the model's " + "vocab_size is " + std::to_string(spec.vocab),
-                1);
+  if (Status s = serve::CheckVocabulary(**tok, spec); !s.ok()) return Fail(cmd, s.message(), 1);
   if (exit_threshold >= 0 && !spec.loop.looped)
     return Fail(cmd, "--exit-threshold: not a looped model", 2);
 

@@ -89,10 +89,7 @@ int RunServe(const std::vector<std::string>& args) {
   auto tok = Tokenizer::Load(model_dir);
   if (!tok.ok()) return Fail("serve", tok.status().message(), 1);
   const ModelSpec& spec = (*model)->spec();
-  if ((*tok)->vocab_size() > spec.vocab)
-    return Fail("serve", "the tokenizer has " + std::to_string((*tok)->vocab_size()) + " tokens but the model's " +
-                             "vocab_size is " + std::to_string(spec.vocab),
-                1);
+  if (Status s = serve::CheckVocabulary(**tok, spec); !s.ok()) return Fail("serve", s.message(), 1);
   EngineOptions opt;
   opt.mode = *mode;
   opt.width = static_cast<int32_t>(width);
