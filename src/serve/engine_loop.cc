@@ -156,7 +156,7 @@ void EngineLoop::Run() {
         Pause();
       }
     }
-    UpdateMetrics();
+    UpdateMetricsAndFlush();
   }
   // Stopped: nothing will run the remaining requests.
   {
@@ -168,20 +168,28 @@ void EngineLoop::Run() {
     FinishOne(FinishReason::kNone);
   }
   FailAll("the server is shutting down");
-  UpdateMetrics();
+  UpdateMetricsAndFlush();
 }
 
 void EngineLoop::Deliver(const std::vector<TokenEvent>& events) {
   for (const TokenEvent& e : events) {
     auto it = active_.find(e.req);
     if (it == active_.end()) continue;
-    it->second->Push(e);
+    outbox_.emplace_back(it->second, e);
     if (e.finish == FinishReason::kNone) continue;
     ids_.erase(it->second.get());
     active_.erase(it);
     engine_->Forget(e.req);  // its result is in the stream: memory stays bounded
     FinishOne(e.finish);
   }
+}
+
+void EngineLoop::UpdateMetricsAndFlush() {
+  // The snapshot first: a client that reads /metrics right after its response must see
+  // its request counted as finished.
+  UpdateMetrics();
+  for (auto& [stream, e] : outbox_) stream->Push(e);
+  outbox_.clear();
 }
 
 void EngineLoop::FinishOne(FinishReason why) {

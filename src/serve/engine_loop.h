@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -79,7 +80,9 @@ class EngineLoop {
     std::shared_ptr<RequestStream> stream;
   };
   void Run();
+  // Bookkeeping of the events now; the streams get them in UpdateMetricsAndFlush.
   void Deliver(const std::vector<TokenEvent>& events);
+  void UpdateMetricsAndFlush();
   void FinishOne(FinishReason why);
   void FailAll(const std::string& message);
   void UpdateMetrics();
@@ -101,6 +104,7 @@ class EngineLoop {
   std::unordered_map<RequestId, std::shared_ptr<RequestStream>> active_;
   std::unordered_map<const RequestStream*, RequestId> ids_;
   bool paused_by_option_ = false;
+  std::vector<std::pair<std::shared_ptr<RequestStream>, TokenEvent>> outbox_;
 
   // The metrics snapshot, under metrics_mu_ (written by the loop thread).
   mutable std::mutex metrics_mu_;
