@@ -107,12 +107,23 @@ def online_section(out_dir, lines):
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "online.png"), dpi=110)
     lines += ["## Online serving", "", "![online](online.png)", "",
-              "| scheduler | rate | normalized latency ms/token | TTFT p50 / p99 s | TPOT p50 / p99 ms | saturation rate |",
+              "| scheduler | rate | requests | normalized latency ms/token | TTFT p50 / p99 s | TPOT p50 / p99 ms |",
               "|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (SCHEDULERS.index(r["scheduler"]), r["rate"])):
-        lines.append(f"| {r['scheduler']} | {r['rate']:g} | {r['normalized_latency_s'] * 1e3:.2f} | "
+        lines.append(f"| {r['scheduler']} | {r['rate']:g} | {r.get('requests', '')} | "
+                     f"{r['normalized_latency_s'] * 1e3:.2f} | "
                      f"{r['ttft_p50_s']:.3f} / {r['ttft_p99_s']:.3f} | {r['tpot_p50_s'] * 1e3:.2f} / "
-                     f"{r['tpot_p99_s'] * 1e3:.2f} | {r['saturation_rate']:g} |")
+                     f"{r['tpot_p99_s'] * 1e3:.2f} |")
+    slo = rows[0].get("slo_s_per_token", 0) * 1e3
+    lines += ["", f"Saturation rate (normalized latency above {slo:.2f} ms/token; crossing interpolated "
+              "between the tested rates / highest tested rate within):", ""]
+    for s in SCHEDULERS:
+        r = next((r for r in rows if r["scheduler"] == s), None)
+        if r is None:
+            continue
+        crossing = r.get("saturation_crossing", r["saturation_rate"])
+        bound = "" if r.get("saturation_exceeded", True) else " (never exceeded: a lower bound)"
+        lines.append(f"- {s}: {crossing:.2f} / {r['saturation_rate']:g} req/s{bound}")
     lines.append("")
 
 

@@ -120,4 +120,12 @@ std::vector<double> PoissonArrivals(int64_t n, double rate, uint64_t seed) {
   return out;
 }
 
+std::vector<double> PoissonArrivalsWithin(double duration, double rate, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::exponential_distribution<double> gap(rate);
+  std::vector<double> out;
+  for (double t = gap(rng); t <= duration; t += gap(rng)) out.push_back(t);
+  return out;
+}
+
 }  // namespace fathom::bench

@@ -65,5 +65,7 @@ Result<RunResult> RunWorkload(const Model& model, const EngineOptions& opt,
 
 // Poisson arrival times: cumulative sums of exponential gaps with mean 1/rate, seeded.
 std::vector<double> PoissonArrivals(int64_t n, double rate, uint64_t seed);
+// The same sequence up to time `duration` (s): every arrival at or before it.
+std::vector<double> PoissonArrivalsWithin(double duration, double rate, uint64_t seed);
 
 }  // namespace fathom::bench

@@ -176,13 +176,19 @@ TEST(Flops, RealShapesMatchPublishedRatios) {
   EXPECT_NEAR(h.f0() / h.fr(), 1.18, 0.01);
 }
 
-
 TEST(Driver, PoissonArrivalsAndRequests) {
   const auto a = PoissonArrivals(20000, 4.0, 5);
   ASSERT_EQ(a.size(), 20000u);
   EXPECT_TRUE(std::is_sorted(a.begin(), a.end()));
   EXPECT_NEAR(a.back() / 20000.0, 0.25, 0.01);  // mean gap 1/rate
   EXPECT_EQ(a, PoissonArrivals(20000, 4.0, 5));
+  // A duration keeps the same sequence up to that time: ~rate x duration arrivals.
+  const auto w = PoissonArrivalsWithin(1000.0, 4.0, 5);
+  EXPECT_NEAR(static_cast<double>(w.size()), 4000, 4 * std::sqrt(4000.0));
+  ASSERT_LT(w.size(), a.size());
+  EXPECT_TRUE(std::equal(w.begin(), w.end(), a.begin()));
+  EXPECT_LE(w.back(), 1000.0);
+  EXPECT_GT(a[w.size()], 1000.0);
 
   const ModelSpec spec = PresetSpec("ouro", "tiny");
   const auto shapes = GenerateWorkload(WorkloadKind::kAlpaca, 5, 1);

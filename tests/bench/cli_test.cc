@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/driver.h"
 #include "model/test_util.h"
 
 namespace fathom {
@@ -99,6 +100,43 @@ TEST_F(BenchCli, OnlineKSweepAndStepLatencyFit) {
   ASSERT_TRUE(rows[0].contains("fit")) << r.output;
   EXPECT_EQ(rows[0]["fit"]["per_context"].size(), 2u);
   EXPECT_TRUE(rows[0]["fit"].contains("delta_ms"));
+}
+
+TEST_F(BenchCli, OfflineRepeatReportsTheMedianOfRounds) {
+  CommandResult r = Fathom("bench offline --model " + *dir_ / "ouro" +
+                           " --requests 4 --mean-depth 3 --repeat 3 --schedulers cdb-refill --quiet --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = JsonLines(r.output);
+  ASSERT_EQ(rows.size(), 2u) << r.output;
+  for (const auto& j : rows) {
+    EXPECT_EQ(j["repeats"], 3);
+    EXPECT_LE(j["ratio_to_cb_min"].get<double>(), j["ratio_to_cb"].get<double>());
+    EXPECT_LE(j["ratio_to_cb"].get<double>(), j["ratio_to_cb_max"].get<double>());
+    EXPECT_LE(j["control_ratio_to_cb_min"].get<double>(), j["control_ratio_to_cb"].get<double>());
+    EXPECT_LE(j["control_ratio_to_cb"].get<double>(), j["control_ratio_to_cb_max"].get<double>());
+  }
+  // CB against itself in every round.
+  EXPECT_DOUBLE_EQ(rows[0]["ratio_to_cb_min"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(rows[0]["ratio_to_cb_max"].get<double>(), 1.0);
+}
+
+TEST_F(BenchCli, OnlineDurationMakesTracesOfThatLength) {
+  // 2 s at 4 and 16 req/s: ~8 and ~32 arrivals, the same seeded sequence scaled.
+  CommandResult r = Fathom("bench online --model " + *dir_ / "ouro" +
+                           " --duration 2 --rates 4,16 --schedulers cb --quiet --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = JsonLines(r.output);
+  ASSERT_EQ(rows.size(), 2u) << r.output;
+  const auto expect = [](double rate) { return static_cast<int64_t>(bench::PoissonArrivalsWithin(2, rate, 0).size()); };
+  EXPECT_EQ(rows[0]["requests"].get<int64_t>(), expect(4));
+  EXPECT_EQ(rows[1]["requests"].get<int64_t>(), expect(16));
+  EXPECT_LT(rows[0]["requests"].get<int64_t>(), rows[1]["requests"].get<int64_t>());
+  EXPECT_EQ(rows[0]["duration_s"].get<double>(), 2.0);
+  for (const char* k : {"saturation_rate", "saturation_crossing", "saturation_exceeded"})
+    EXPECT_TRUE(rows[0].contains(k)) << k;
+  r = Fathom("bench online --model " + *dir_ / "ouro" + " --duration 2 --requests 4");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--duration and --requests"), std::string::npos) << r.output;
 }
 
 }  // namespace

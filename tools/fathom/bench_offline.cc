@@ -10,6 +10,7 @@
 #include "bench/driver.h"
 #include "bench/model_flops.h"
 #include "bench/speedup.h"
+#include "bench/stats.h"
 #include "bench/workload.h"
 #include "bench_requests.h"
 #include "bench_commands.h"
@@ -23,14 +24,14 @@ int RunBenchOffline(const std::vector<std::string>& args) {
   std::string model_dir, workload_name = "alpaca", sched_text = "cb,cdb-norefill,cdb-refill",
                          layout_name = "last-exited", dataset, tokenizer_dir;
   int64_t n = 32, k = 1, width = 8, min_depth = 2, max_depth = 0, seed = 0, threads = 1, budget = 256,
-          kv_mb = 0, flush = 4;
+          kv_mb = 0, flush = 4, repeat = 1;
   double mean_depth = 0;
   bool json = false, no_control = false, quiet = false;
   FlagSet flags(
       "fathom " + cmd,
       "fathom bench offline --model DIR [--workload alpaca|sharegpt|arxiv] [--requests N] [--dataset FILE]\n"
       "                     [--schedulers cb,cdb-norefill,cdb-refill] [--k K] [--width W]\n"
-      "                     [--layout L] [--mean-depth D] [--min-depth 2] [--no-control] [--json]",
+      "                     [--layout L] [--mean-depth D] [--min-depth 2] [--repeat R] [--no-control] [--json]",
       "Queues N synthetic requests of the workload (seeded prompt and output lengths; output\n"
       "lengths replayed: max_tokens = reference length, no EOS stop) at t = 0 and runs them\n"
       "under each scheduler (CB always runs: it is the baseline). Every generated token exits\n"
@@ -38,7 +39,10 @@ int RunBenchOffline(const std::vector<std::string>& args) {
       "tokens/s and the ratio to CB; the prefill share alpha of CB's time; F_0 and F_r counted\n"
       "from the model; S_dec = (F_0 + r_max F_r)/(F_0 + d F_r) at the measured mean depth d;\n"
       "S_e2e = (alpha + (1 - alpha)/S_dec)^-1 and the fraction of it reached; and a no-exit\n"
-      "control (every token at r_max: each CDB scheduler against CB). Progress on stderr.");
+      "control (every token at r_max: each CDB scheduler against CB). With --repeat R, every\n"
+      "run is made R times in rounds (one run per scheduler per round, the order rotated each\n"
+      "round); ratios are taken within a round (runs close in time see similar host load) and\n"
+      "the median over the rounds is reported with its min and max. Progress on stderr.");
   flags.String("--model", &model_dir, "Hugging Face model directory of a looped model");
   flags.String("--workload", &workload_name, "alpaca (default), sharegpt or arxiv");
   flags.Int("--requests", &n, "number of requests (default 32)", 1, 1 << 24);
@@ -58,6 +62,7 @@ int RunBenchOffline(const std::vector<std::string>& args) {
   flags.Int("--kv-mb", &kv_mb, "KV pool MiB (default: the engine's 4096 blocks)", 1, 1 << 24);
   flags.Int("--threads", &threads, "worker threads (default 1: on a shared 2-core machine OpenMP barriers\n"
             "under contention cost far more than the second core gains)", 1, 1024);
+  flags.Int("--repeat", &repeat, "rounds of runs; medians of the per-round ratios (default 1)", 1, 1000);
   flags.Bool("--no-control", &no_control, "skip the no-exit control runs");
   flags.Bool("--quiet", &quiet, "no progress on stderr");
   flags.Bool("--json", &json, "print one JSON object per scheduler, one per line");
@@ -106,7 +111,7 @@ int RunBenchOffline(const std::vector<std::string>& args) {
   opt.layout = *layout;
   opt.kv_bytes = static_cast<size_t>(kv_mb) << 20;
 
-  const size_t runs = modes.size() * (no_control ? 1 : 2);
+  const size_t runs = modes.size() * (no_control ? 1 : 2) * static_cast<size_t>(repeat);
   size_t run_i = 0;
   double elapsed = 0;
   auto run = [&](SchedMode mode, const std::vector<RequestSpec>& rs, const std::string& what) -> Result<bench::RunResult> {
@@ -143,33 +148,63 @@ int RunBenchOffline(const std::vector<std::string>& args) {
     auto w = bench::RunWorkload(m, o, warm, {}, "warm-up", {false, 1e9, ""});
     if (!w.ok()) return fail_run(w.status());
   }
-  std::vector<bench::RunResult> main_runs, control_runs;
-  for (SchedMode mode : modes) {
-    auto r = run(mode, reqs, "");
-    if (!r.ok()) return fail_run(r.status());
-    main_runs.push_back(std::move(*r));
-  }
-  if (!no_control)
-    for (SchedMode mode : modes) {
-      auto r = run(mode, control_reqs, " (no exits)");
+  // [round][mode]: every round runs each scheduler once, starting from a rotated position,
+  // so slow drift of the host's load does not always fall on the same scheduler.
+  const size_t n_modes = modes.size();
+  std::vector<std::vector<bench::RunResult>> main_runs(static_cast<size_t>(repeat)),
+      control_runs(static_cast<size_t>(repeat));
+  for (size_t round = 0; round < static_cast<size_t>(repeat); ++round) {
+    main_runs[round].resize(n_modes);
+    for (size_t o = 0; o < n_modes; ++o) {
+      const size_t i = (o + round) % n_modes;
+      auto r = run(modes[i], reqs, "");
       if (!r.ok()) return fail_run(r.status());
-      control_runs.push_back(std::move(*r));
+      main_runs[round][i] = std::move(*r);
     }
+    if (no_control) continue;
+    control_runs[round].resize(n_modes);
+    for (size_t o = 0; o < n_modes; ++o) {
+      const size_t i = (o + round) % n_modes;
+      auto r = run(modes[i], control_reqs, " (no exits)");
+      if (!r.ok()) return fail_run(r.status());
+      control_runs[round][i] = std::move(*r);
+    }
+  }
+  // Per-mode series over the rounds: tok/s, ratio to CB within the round, CB's prefill share.
+  struct Series {
+    std::vector<double> tok_s, ratio, control_ratio;
+  };
+  std::vector<Series> series(n_modes);
+  std::vector<double> alphas;
+  for (size_t round = 0; round < static_cast<size_t>(repeat); ++round) {
+    alphas.push_back(main_runs[round][0].prefill_share);
+    for (size_t i = 0; i < n_modes; ++i) {
+      series[i].tok_s.push_back(main_runs[round][i].output_tok_s());
+      series[i].ratio.push_back(main_runs[round][i].output_tok_s() / main_runs[round][0].output_tok_s());
+      if (!no_control)
+        series[i].control_ratio.push_back(control_runs[round][i].output_tok_s() /
+                                          control_runs[round][0].output_tok_s());
+    }
+  }
 
   const bench::StageFlops flops = bench::CountFlops(spec);
-  const bench::RunResult& cb = main_runs[0];
-  const double alpha = cb.prefill_share;
+  const double alpha = bench::Median(alphas);
   // Prefill emits each request's first token; the rest come out of the coda.
   const double f1 = static_cast<double>(n) / static_cast<double>(std::max<int64_t>(output_tokens, 1));
   nlohmann::json rows = nlohmann::json::array();
-  for (size_t i = 0; i < modes.size(); ++i) {
-    const bench::RunResult& r = main_runs[i];
+  for (size_t i = 0; i < n_modes; ++i) {
+    const bench::RunResult& r = main_runs[0][i];  // seeded: tokens and depths are the same every round
     // d: the mean exit depth the CDB runs measured (CB runs every token to r_max).
     double d = mean_depth;
-    for (size_t j = 1; j < main_runs.size(); ++j) d = main_runs[j].mean_depth;
+    for (size_t j = 1; j < n_modes; ++j) d = main_runs[0][j].mean_depth;
     const double s_dec = bench::DecodeSpeedupBound(flops.f0(), flops.fr(), *r_max, d);
     const double s_e2e = bench::EndToEndBound(alpha, s_dec);
-    const double ratio = r.output_tok_s() / cb.output_tok_s();
+    const double ratio = bench::Median(series[i].ratio);
+    std::vector<double> seconds, prefill_shares;
+    for (const auto& round : main_runs) {
+      seconds.push_back(round[i].wall_seconds);
+      prefill_shares.push_back(round[i].prefill_share);
+    }
     nlohmann::json j = {{"scheduler", std::string(SchedModeName(modes[i]))},
                         {"model", model_dir},
                         {"model_type", spec.model_type},
@@ -183,11 +218,14 @@ int RunBenchOffline(const std::vector<std::string>& args) {
                         {"r_max", *r_max},
                         {"mean_depth_target", mean_depth},
                         {"mean_depth", modes[i] == SchedMode::kCb ? static_cast<double>(*r_max) : r.mean_depth},
-                        {"seconds", r.wall_seconds},
-                        {"output_tok_s", r.output_tok_s()},
+                        {"repeats", repeat},
+                        {"seconds", bench::Median(seconds)},
+                        {"output_tok_s", bench::Median(series[i].tok_s)},
                         {"ratio_to_cb", ratio},
+                        {"ratio_to_cb_min", *std::min_element(series[i].ratio.begin(), series[i].ratio.end())},
+                        {"ratio_to_cb_max", *std::max_element(series[i].ratio.begin(), series[i].ratio.end())},
                         {"alpha", alpha},
-                        {"prefill_share", r.prefill_share},
+                        {"prefill_share", bench::Median(prefill_shares)},
                         {"f0", flops.f0()},
                         {"fr", flops.fr()},
                         {"s_dec", s_dec},
@@ -196,8 +234,13 @@ int RunBenchOffline(const std::vector<std::string>& args) {
                         {"fraction_of_s_e2e", ratio / s_e2e},
                         {"preemptions", r.stats.preemptions}};
     if (!no_control) {
-      j["control_output_tok_s"] = control_runs[i].output_tok_s();
-      j["control_ratio_to_cb"] = control_runs[i].output_tok_s() / control_runs[0].output_tok_s();
+      const auto& c = series[i].control_ratio;
+      std::vector<double> control_tok_s;
+      for (const auto& round : control_runs) control_tok_s.push_back(round[i].output_tok_s());
+      j["control_output_tok_s"] = bench::Median(control_tok_s);
+      j["control_ratio_to_cb"] = bench::Median(c);
+      j["control_ratio_to_cb_min"] = *std::min_element(c.begin(), c.end());
+      j["control_ratio_to_cb_max"] = *std::max_element(c.begin(), c.end());
     }
     rows.push_back(j);
   }

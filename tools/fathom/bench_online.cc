@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "bench/driver.h"
+#include "bench/stats.h"
 #include "bench/workload.h"
 #include "bench_requests.h"
 #include "bench_commands.h"
@@ -83,13 +85,6 @@ Result<Setup> Prepare(Common& c, const FlagSet& flags) {
   return s;
 }
 
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<size_t>(std::clamp(q * static_cast<double>(v.size()) + 0.5, 1.0, static_cast<double>(v.size())));
-  return v[i - 1];
-}
-
 std::string Prefix(size_t i, size_t n) {
   std::string p = "[";
   p.append(std::to_string(i)).append("/").append(std::to_string(n)).append("]");
@@ -102,21 +97,27 @@ int RunBenchOnline(const std::vector<std::string>& args) {
   const std::string cmd = "bench online";
   Common c;
   std::string rates_text = "1,2,4", sched_text = "cb,cdb-norefill,cdb-refill";
-  double slo = 0;
+  double slo = 0, duration = 0;
   FlagSet flags("fathom " + cmd,
                 "fathom bench online --model DIR [--rates 1,2,4] [--schedulers cb,cdb-norefill,cdb-refill]\n"
-                "                    [--workload alpaca] [--requests N] [--slo S] [common flags] [--json]",
+                "                    [--workload alpaca] [--requests N | --duration S] [--slo S] [common flags]\n"
+                "                    [--json]",
                 "For each arrival rate (requests/s): N requests arrive at Poisson times\n"
                 "(exponential gaps with mean 1/rate, seeded) and the trace is drained under each\n"
                 "scheduler. Reports normalized latency = mean over requests of (end-to-end latency /\n"
                 "output tokens), TTFT and TPOT percentiles (p50, p90, p99), and per scheduler the\n"
-                "saturation rate: the highest rate tested whose normalized latency stays within --slo\n"
-                "seconds per token (default: 3x CB's normalized latency at the lowest rate).");
+                "saturation rate: where its normalized latency first exceeds --slo seconds per token\n"
+                "(default: 3x CB's normalized latency at the lowest rate), interpolated linearly\n"
+                "between the tested rates around the crossing, and the highest tested rate within it.\n"
+                "--duration S makes each trace the arrivals of S seconds (as the CDB paper's 600 s\n"
+                "traces) instead of a fixed --requests count, so higher rates get more requests.");
   c.Declare(flags);
   flags.String("--rates", &rates_text, "comma-separated arrival rates in requests/s (default 1,2,4)");
   flags.String("--schedulers", &sched_text, "comma-separated schedulers (default all three)");
   flags.Int("--k", &c.k, "minimum coda batch K (cdb-refill; default 1)", 1, 1 << 20);
   flags.Double("--slo", &slo, "normalized-latency bound in s/token for the saturation rate", 0, 1e9);
+  flags.Double("--duration", &duration, "trace length in seconds: every Poisson arrival before it (instead of\n"
+               "--requests)", 0, 1e7);
   if (Status s = flags.Parse(args); !s.ok()) return Fail(cmd, s.message(), 2);
   if (flags.help_requested()) {
     std::fputs(flags.Help().c_str(), stdout);
@@ -137,12 +138,31 @@ int RunBenchOnline(const std::vector<std::string>& args) {
     modes.push_back(*m);
   }
   if (rates.empty() || modes.empty()) return Fail(cmd, "--rates and --schedulers must not be empty", 2);
+  if (flags.Seen("--duration") && flags.Seen("--requests"))
+    return Fail(cmd, "--duration and --requests: give one (a trace is a duration or a request count)", 2);
+  // Arrival times per rate: the first --requests Poisson arrivals, or all before --duration.
+  // With one seed the arrivals at rate r are one sequence scaled by 1/r, so a higher rate's
+  // trace holds more requests; the requests are prefixes of one seeded set.
+  std::vector<std::vector<double>> arrivals;
+  for (double rate : rates) {
+    if (duration <= 0) {
+      arrivals.push_back(bench::PoissonArrivals(c.n, rate, static_cast<uint64_t>(c.seed)));
+      continue;
+    }
+    std::vector<double> a = bench::PoissonArrivalsWithin(duration, rate, static_cast<uint64_t>(c.seed));
+    if (a.empty()) return Fail(cmd, "--duration: no request arrives within " + std::to_string(duration) +
+                                        " s at " + std::to_string(rate) + " req/s", 2);
+    arrivals.push_back(std::move(a));
+  }
+  if (duration > 0) c.n = static_cast<int64_t>(arrivals.back().size());
   auto setup = Prepare(c, flags);
   if (!setup.ok()) return Fail(cmd, setup.status().message(), 1);
   nlohmann::json rows = nlohmann::json::array();
   size_t run_i = 0;
-  for (double rate : rates) {
-    const auto arrivals = bench::PoissonArrivals(c.n, rate, static_cast<uint64_t>(c.seed));
+  for (size_t ri = 0; ri < rates.size(); ++ri) {
+    const double rate = rates[ri];
+    const std::vector<RequestSpec> reqs(setup->reqs.begin(),
+                                        setup->reqs.begin() + static_cast<std::ptrdiff_t>(arrivals[ri].size()));
     for (SchedMode mode : modes) {
       EngineOptions o = setup->opt;
       o.mode = mode;
@@ -150,7 +170,7 @@ int RunBenchOnline(const std::vector<std::string>& args) {
       char rate_text[32];
       std::snprintf(rate_text, sizeof rate_text, " @ %g req/s", rate);
       label.append(rate_text);
-      auto r = bench::RunWorkload(*setup->model, o, setup->reqs, arrivals, label,
+      auto r = bench::RunWorkload(*setup->model, o, reqs, arrivals[ri], label,
                                   {!c.quiet, 2.0, Prefix(++run_i, rates.size() * modes.size())});
       if (!r.ok()) return Fail(cmd, r.status().message(), 1);
       std::vector<double> norm, ttft, tpot;
@@ -163,11 +183,12 @@ int RunBenchOnline(const std::vector<std::string>& args) {
       for (double v : norm) mean_norm += v;
       mean_norm /= static_cast<double>(std::max<size_t>(norm.size(), 1));
       rows.push_back({{"scheduler", std::string(SchedModeName(mode))}, {"rate", rate},
+                      {"requests", static_cast<int64_t>(reqs.size())},
                       {"normalized_latency_s", mean_norm}, {"output_tok_s", r->output_tok_s()},
                       {"seconds", r->wall_seconds}, {"mean_depth", r->mean_depth},
-                      {"ttft_p50_s", Percentile(ttft, 0.5)}, {"ttft_p90_s", Percentile(ttft, 0.9)},
-                      {"ttft_p99_s", Percentile(ttft, 0.99)}, {"tpot_p50_s", Percentile(tpot, 0.5)},
-                      {"tpot_p90_s", Percentile(tpot, 0.9)}, {"tpot_p99_s", Percentile(tpot, 0.99)}});
+                      {"ttft_p50_s", bench::Percentile(ttft, 0.5)}, {"ttft_p90_s", bench::Percentile(ttft, 0.9)},
+                      {"ttft_p99_s", bench::Percentile(ttft, 0.99)}, {"tpot_p50_s", bench::Percentile(tpot, 0.5)},
+                      {"tpot_p90_s", bench::Percentile(tpot, 0.9)}, {"tpot_p99_s", bench::Percentile(tpot, 0.99)}});
     }
   }
   if (!flags.Seen("--slo")) {
@@ -176,38 +197,52 @@ int RunBenchOnline(const std::vector<std::string>& args) {
       if (row["rate"].get<double>() == rates[0] && row["scheduler"] == "cb") slo = 3 * row["normalized_latency_s"].get<double>();
     if (slo == std::numeric_limits<double>::infinity()) slo = 3 * rows[0]["normalized_latency_s"].get<double>();
   }
-  nlohmann::json sat = nlohmann::json::object();
+  std::map<std::string, bench::Saturation> sat;
   for (SchedMode mode : modes) {
-    double best = 0;
+    const std::string name(SchedModeName(mode));
+    std::vector<double> rs, lat;
     for (const auto& row : rows)
-      if (row["scheduler"] == std::string(SchedModeName(mode)) && row["normalized_latency_s"].get<double>() <= slo)
-        best = std::max(best, row["rate"].get<double>());
-    sat[std::string(SchedModeName(mode))] = best;
+      if (row["scheduler"] == name) {
+        rs.push_back(row["rate"].get<double>());
+        lat.push_back(row["normalized_latency_s"].get<double>());
+      }
+    sat[name] = bench::FindSaturation(rs, lat, slo);
   }
   if (c.json) {
     for (auto& row : rows) {
-      row["saturation_rate"] = sat[row["scheduler"].get<std::string>()];
+      const bench::Saturation& st = sat[row["scheduler"].get<std::string>()];
+      row["saturation_rate"] = st.highest_within;
+      row["saturation_crossing"] = st.crossing;
+      row["saturation_exceeded"] = st.exceeded;
       row["slo_s_per_token"] = slo;
       row["workload"] = c.workload;
-      row["requests"] = c.n;
+      if (duration > 0) row["duration_s"] = duration;
       std::printf("%s\n", row.dump().c_str());
     }
     return 0;
   }
-  std::printf("workload %s, %lld requests per trace, W %lld, K %lld, mean exit depth %.2f of r_max %d\n",
-              c.workload.c_str(), static_cast<long long>(c.n), static_cast<long long>(c.width),
-              static_cast<long long>(c.k), c.mean_depth, setup->r_max);
-  std::printf("%-13s %7s %11s %9s %9s %9s %9s %9s\n", "scheduler", "req/s", "norm ms/tok", "tok/s", "TTFT p50",
-              "TTFT p99", "TPOT p50", "TPOT p99");
+  if (duration > 0)
+    std::printf("workload %s, %g s traces, W %lld, K %lld, mean exit depth %.2f of r_max %d\n", c.workload.c_str(),
+                duration, static_cast<long long>(c.width), static_cast<long long>(c.k), c.mean_depth, setup->r_max);
+  else
+    std::printf("workload %s, %lld requests per trace, W %lld, K %lld, mean exit depth %.2f of r_max %d\n",
+                c.workload.c_str(), static_cast<long long>(c.n), static_cast<long long>(c.width),
+                static_cast<long long>(c.k), c.mean_depth, setup->r_max);
+  std::printf("%-13s %7s %8s %11s %9s %9s %9s %9s %9s\n", "scheduler", "req/s", "requests", "norm ms/tok", "tok/s",
+              "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99");
   for (const auto& row : rows)
-    std::printf("%-13s %7.2f %11.2f %9.1f %8.3fs %8.3fs %7.1fms %7.1fms\n", row["scheduler"].get<std::string>().c_str(),
-                row["rate"].get<double>(), 1e3 * row["normalized_latency_s"].get<double>(),
+    std::printf("%-13s %7.2f %8lld %11.2f %9.1f %8.3fs %8.3fs %7.1fms %7.1fms\n",
+                row["scheduler"].get<std::string>().c_str(), row["rate"].get<double>(),
+                static_cast<long long>(row["requests"].get<int64_t>()), 1e3 * row["normalized_latency_s"].get<double>(),
                 row["output_tok_s"].get<double>(), row["ttft_p50_s"].get<double>(), row["ttft_p99_s"].get<double>(),
                 1e3 * row["tpot_p50_s"].get<double>(), 1e3 * row["tpot_p99_s"].get<double>());
-  std::printf("saturation rate (highest tested rate with normalized latency <= %.2f ms/token):", 1e3 * slo);
-  for (SchedMode mode : modes)
-    std::printf(" %s %.2f", std::string(SchedModeName(mode)).c_str(), sat[std::string(SchedModeName(mode))].get<double>());
-  std::printf(" req/s\n");
+  std::printf("saturation (normalized latency > %.2f ms/token), crossing interpolated / highest tested rate within:\n",
+              1e3 * slo);
+  for (SchedMode mode : modes) {
+    const bench::Saturation& st = sat[std::string(SchedModeName(mode))];
+    std::printf("  %-13s %7.2f / %.2f req/s%s\n", std::string(SchedModeName(mode)).c_str(), st.crossing,
+                st.highest_within, st.exceeded ? "" : " (not exceeded: a lower bound)");
+  }
   return 0;
 }
 

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "bench/driver.h"
+#include "bench/stats.h"
 #include "bench/workload.h"
 #include "bench_commands.h"
 #include "commands.h"
@@ -38,14 +39,6 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<size_t>(
-      std::clamp(q * static_cast<double>(v.size()) + 0.5, 1.0, static_cast<double>(v.size())));
-  return v[i - 1];
-}
 
 // What one client saw of its request. Times in seconds from the start of the load.
 struct ClientResult {
@@ -553,14 +546,14 @@ int RunBenchServe(const std::vector<std::string>& args) {
         {"client",
          {{"completed", completed}, {"output_tokens", got_output}, {"prompt_tokens", got_prompt}}},
         {"normalized_latency_s", mean_norm},
-        {"latency_p50_s", Percentile(e2e, 0.5)},
-        {"latency_p90_s", Percentile(e2e, 0.9)},
-        {"ttft_p50_s", Percentile(ttft, 0.5)},
-        {"ttft_p90_s", Percentile(ttft, 0.9)},
-        {"ttft_p99_s", Percentile(ttft, 0.99)},
-        {"tpot_p50_s", Percentile(tpot, 0.5)},
-        {"tpot_p90_s", Percentile(tpot, 0.9)},
-        {"tpot_p99_s", Percentile(tpot, 0.99)},
+        {"latency_p50_s", bench::Percentile(e2e, 0.5)},
+        {"latency_p90_s", bench::Percentile(e2e, 0.9)},
+        {"ttft_p50_s", bench::Percentile(ttft, 0.5)},
+        {"ttft_p90_s", bench::Percentile(ttft, 0.9)},
+        {"ttft_p99_s", bench::Percentile(ttft, 0.99)},
+        {"tpot_p50_s", bench::Percentile(tpot, 0.5)},
+        {"tpot_p90_s", bench::Percentile(tpot, 0.9)},
+        {"tpot_p99_s", bench::Percentile(tpot, 0.99)},
         {"errors", errors}};
     if (exit_threshold >= 0) j["exit_threshold"] = exit_threshold;
     if (rate > 0) {
@@ -599,13 +592,13 @@ int RunBenchServe(const std::vector<std::string>& args) {
     std::printf("requests: %lld completed, %lld failed\n", static_cast<long long>(completed),
                 static_cast<long long>(failed));
     for (const std::string& e : errors) std::printf("  %s\n", e.c_str());
-    std::printf("latency p50 %.3f s, p90 %.3f s; normalized %.2f ms/token\n", Percentile(e2e, 0.5),
-                Percentile(e2e, 0.9), 1e3 * mean_norm);
+    std::printf("latency p50 %.3f s, p90 %.3f s; normalized %.2f ms/token\n", bench::Percentile(e2e, 0.5),
+                bench::Percentile(e2e, 0.9), 1e3 * mean_norm);
     if (stream)
       std::printf(
           "TTFT p50 %.3f s, p90 %.3f s, p99 %.3f s; TPOT p50 %.1f ms, p90 %.1f ms, p99 %.1f ms\n",
-          Percentile(ttft, 0.5), Percentile(ttft, 0.9), Percentile(ttft, 0.99),
-          1e3 * Percentile(tpot, 0.5), 1e3 * Percentile(tpot, 0.9), 1e3 * Percentile(tpot, 0.99));
+          bench::Percentile(ttft, 0.5), bench::Percentile(ttft, 0.9), bench::Percentile(ttft, 0.99),
+          1e3 * bench::Percentile(tpot, 0.5), 1e3 * bench::Percentile(tpot, 0.9), 1e3 * bench::Percentile(tpot, 0.99));
     std::printf(
         "/metrics deltas vs clients: finished(length) %lld vs %lld, output tokens %lld vs %lld, "
         "prompt tokens %lld vs %lld: %s\n",
