@@ -10,9 +10,10 @@ namespace fathom::bench {
 
 namespace {
 
-// Request i: `prompt`, exactly `output` tokens (no EOS stop), greedy, seeded exits.
+// Request i: `prompt`, exactly `output` tokens (no EOS stop), greedy, seeded exits or its
+// slice of a recorded trace (`trace`, when not null).
 RequestSpec ReplayRequest(size_t i, std::vector<int32_t> prompt, int64_t output, const ModelSpec& spec,
-                          const ExitTraceOptions& exits, uint64_t request_seed) {
+                          const ExitTraceOptions& exits, uint64_t request_seed, std::vector<int32_t>* trace) {
   RequestSpec r;
   r.name = "r";
   r.name.append(std::to_string(i));
@@ -20,7 +21,10 @@ RequestSpec ReplayRequest(size_t i, std::vector<int32_t> prompt, int64_t output,
   r.max_tokens = static_cast<int32_t>(output);
   r.stop_at_eos = false;
   r.seed = request_seed;
-  if (spec.loop.looped && exits.mean_depth > 0) {
+  if (spec.loop.looped && trace != nullptr) {
+    r.exit.kind = ExitSpec::Kind::kTrace;
+    r.exit.trace = std::move(*trace);
+  } else if (spec.loop.looped && exits.mean_depth > 0) {
     r.exit.kind = ExitSpec::Kind::kRandom;
     r.exit.mean = exits.mean_depth;
     r.exit.min_depth = exits.min_depth;
@@ -29,26 +33,39 @@ RequestSpec ReplayRequest(size_t i, std::vector<int32_t> prompt, int64_t output,
   return r;
 }
 
+// One depth list per request from the recorded trace; empty when there is none.
+std::vector<std::vector<int32_t>> RecordedSlices(const ExitTraceOptions& exits, const std::vector<int64_t>& outputs) {
+  if (exits.recorded.depths.empty()) return {};
+  return SliceExitTrace(exits.recorded, outputs);
+}
+
 }  // namespace
 
 std::vector<RequestSpec> MakeRequests(const std::vector<RequestShape>& shapes, const ModelSpec& spec,
                                       const ExitTraceOptions& exits, uint64_t seed) {
+  std::vector<int64_t> outputs;
+  for (const RequestShape& r : shapes) outputs.push_back(r.output);
+  auto traces = RecordedSlices(exits, outputs);
   std::vector<RequestSpec> out;
   out.reserve(shapes.size());
   for (size_t i = 0; i < shapes.size(); ++i) {
     const uint64_t s = seed * 1000003ull + i;
     out.push_back(ReplayRequest(i, SyntheticPrompt(shapes[i].prompt, spec.vocab, spec.eos_id, s), shapes[i].output,
-                                spec, exits, s));
+                                spec, exits, s, traces.empty() ? nullptr : &traces[i]));
   }
   return out;
 }
 
 std::vector<RequestSpec> MakeRequests(const std::vector<DatasetRequest>& data, const ModelSpec& spec,
                                       const ExitTraceOptions& exits, uint64_t seed) {
+  std::vector<int64_t> outputs;
+  for (const DatasetRequest& r : data) outputs.push_back(r.output);
+  auto traces = RecordedSlices(exits, outputs);
   std::vector<RequestSpec> out;
   out.reserve(data.size());
   for (size_t i = 0; i < data.size(); ++i)
-    out.push_back(ReplayRequest(i, data[i].prompt, data[i].output, spec, exits, seed * 1000003ull + i));
+    out.push_back(ReplayRequest(i, data[i].prompt, data[i].output, spec, exits, seed * 1000003ull + i,
+                                traces.empty() ? nullptr : &traces[i]));
   return out;
 }
 

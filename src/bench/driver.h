@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench/dataset.h"
+#include "bench/exit_trace.h"
 #include "bench/workload.h"
 #include "core/status.h"
 #include "engine/engine.h"
@@ -17,11 +18,14 @@
 namespace fathom::bench {
 
 // Exit depths of generated tokens: RandomDepthExit with mean `mean_depth` (>= min_depth),
-// at least `min_depth`; mean_depth <= 0 means no exits (every token at r_max).
+// at least `min_depth`; mean_depth <= 0 means no exits (every token at r_max). A non-empty
+// `recorded` trace replaces the random depths: the requests replay it in order
+// (SliceExitTrace), and mean_depth, min_depth and seed are not used.
 struct ExitTraceOptions {
   double mean_depth = 0;
   int32_t min_depth = 2;
   uint64_t seed = 0;
+  RecordedExitTrace recorded;
 };
 
 // One RequestSpec per shape: prompt = SyntheticPrompt, max_tokens = output, no EOS stop,

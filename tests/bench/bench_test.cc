@@ -192,7 +192,7 @@ TEST(Driver, PoissonArrivalsAndRequests) {
 
   const ModelSpec spec = PresetSpec("ouro", "tiny");
   const auto shapes = GenerateWorkload(WorkloadKind::kAlpaca, 5, 1);
-  const auto reqs = MakeRequests(shapes, spec, {3.0, 2, 9}, 1);
+  const auto reqs = MakeRequests(shapes, spec, {3.0, 2, 9, {}}, 1);
   ASSERT_EQ(reqs.size(), 5u);
   for (size_t i = 0; i < reqs.size(); ++i) {
     EXPECT_EQ(static_cast<int64_t>(reqs[i].prompt.size()), shapes[i].prompt);
@@ -203,7 +203,18 @@ TEST(Driver, PoissonArrivalsAndRequests) {
     EXPECT_EQ(reqs[i].exit.min_depth, 2);
   }
   EXPECT_NE(reqs[0].exit.seed, reqs[1].exit.seed);
-  EXPECT_EQ(MakeRequests(shapes, spec, {0, 1, 0}, 1)[0].exit.kind, ExitSpec::Kind::kNone);
+  EXPECT_EQ(MakeRequests(shapes, spec, ExitTraceOptions{}, 1)[0].exit.kind, ExitSpec::Kind::kNone);
+}
+
+TEST(ExitTrace, MakeRequestsUsesTheTraceInsteadOfRandomDepths) {
+  const ModelSpec spec = PresetSpec("ouro", "tiny");
+  ExitTraceOptions exits{3.0, 2, 9, {}};
+  exits.recorded.depths = {2, 4, 3};
+  const auto reqs = MakeRequests(std::vector<RequestShape>{{5, 3}, {6, 2}}, spec, exits, 1);
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[0].exit.kind, ExitSpec::Kind::kTrace);
+  EXPECT_EQ(reqs[0].exit.trace, (std::vector<int32_t>{2, 4}));
+  EXPECT_EQ(reqs[1].exit.trace, (std::vector<int32_t>{3}));
 }
 
 }  // namespace

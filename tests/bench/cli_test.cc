@@ -1,4 +1,5 @@
 // The `fathom bench` benchmark-suite subcommands end to end on tiny random models (fast).
+#include <fstream>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -118,6 +119,38 @@ TEST_F(BenchCli, OfflineRepeatReportsTheMedianOfRounds) {
   // CB against itself in every round.
   EXPECT_DOUBLE_EQ(rows[0]["ratio_to_cb_min"].get<double>(), 1.0);
   EXPECT_DOUBLE_EQ(rows[0]["ratio_to_cb_max"].get<double>(), 1.0);
+}
+
+TEST_F(BenchCli, OfflineReplaysARecordedExitTrace) {
+  // A trace whose decode tokens all exited at depth 2: every CDB token must exit there.
+  std::ofstream(*dir_ / "trace2.jsonl") << "{\"exit_depths\": [4, 2, 2, 2]}\n";
+  CommandResult r = Fathom("bench offline --model " + *dir_ / "ouro" + " --requests 4 --exit-trace " +
+                           *dir_ / "trace2.jsonl" + " --schedulers cdb-refill --no-control --quiet --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto rows = JsonLines(r.output);
+  ASSERT_EQ(rows.size(), 2u) << r.output;
+  EXPECT_DOUBLE_EQ(rows[1]["mean_depth"].get<double>(), 2.0);
+  EXPECT_NE(rows[1]["exits"].get<std::string>().find("recorded trace"), std::string::npos);
+  // What the engine records (`generate --requests F --json`) is read as it is.
+  std::ofstream(*dir_ / "reqs.jsonl") << "{\"id\": \"a\", \"prompt_ids\": [1, 2, 3], \"max_tokens\": 12, "
+                                          "\"exit_threshold\": 0.5}\n";
+  r = Fathom("generate --model " + *dir_ / "ouro" + " --requests " + *dir_ / "reqs.jsonl" + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ofstream(*dir_ / "recorded.jsonl") << r.output.substr(r.output.find('{'));
+  r = Fathom("bench offline --model " + *dir_ / "ouro" + " --requests 3 --exit-trace " + *dir_ / "recorded.jsonl" +
+             " --schedulers cdb-refill --no-control --quiet --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  rows = JsonLines(r.output);
+  ASSERT_EQ(rows.size(), 2u) << r.output;
+  EXPECT_NE(rows[1]["exits"].get<std::string>().find("11 depths from 1 records"), std::string::npos) << r.output;
+  // Recorded depths and random-depth flags do not mix; a bad trace names its line.
+  r = Fathom("bench offline --model " + *dir_ / "ouro" + " --exit-trace " + *dir_ / "trace2.jsonl" + " --mean-depth 3");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--exit-trace replays recorded depths"), std::string::npos) << r.output;
+  std::ofstream(*dir_ / "trace9.jsonl") << "{\"exit_depths\": [4, 9]}\n";
+  r = Fathom("bench online --model " + *dir_ / "ouro" + " --exit-trace " + *dir_ / "trace9.jsonl");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("trace9.jsonl line 1: exit_depths[1] = 9"), std::string::npos) << r.output;
 }
 
 TEST_F(BenchCli, OnlineDurationMakesTracesOfThatLength) {

@@ -22,7 +22,7 @@ namespace fathom::cli {
 int RunBenchOffline(const std::vector<std::string>& args) {
   const std::string cmd = "bench offline";
   std::string model_dir, workload_name = "alpaca", sched_text = "cb,cdb-norefill,cdb-refill",
-                         layout_name = "last-exited", dataset, tokenizer_dir;
+                         layout_name = "last-exited", dataset, tokenizer_dir, exit_trace;
   int64_t n = 32, k = 1, width = 8, min_depth = 2, max_depth = 0, seed = 0, threads = 1, budget = 256,
           kv_mb = 0, flush = 4, repeat = 1;
   double mean_depth = 0;
@@ -31,7 +31,8 @@ int RunBenchOffline(const std::vector<std::string>& args) {
       "fathom " + cmd,
       "fathom bench offline --model DIR [--workload alpaca|sharegpt|arxiv] [--requests N] [--dataset FILE]\n"
       "                     [--schedulers cb,cdb-norefill,cdb-refill] [--k K] [--width W]\n"
-      "                     [--layout L] [--mean-depth D] [--min-depth 2] [--repeat R] [--no-control] [--json]",
+      "                     [--layout L] [--mean-depth D] [--min-depth 2] [--exit-trace FILE] [--repeat R]\n"
+      "                     [--no-control] [--json]",
       "Queues N synthetic requests of the workload (seeded prompt and output lengths; output\n"
       "lengths replayed: max_tokens = reference length, no EOS stop) at t = 0 and runs them\n"
       "under each scheduler (CB always runs: it is the baseline). Every generated token exits\n"
@@ -55,6 +56,8 @@ int RunBenchOffline(const std::vector<std::string>& args) {
   flags.String("--layout", &layout_name, "KV layout (default last-exited)");
   flags.Double("--mean-depth", &mean_depth, "mean exit depth d (default (min-depth + r_max) / 2)", 1, 4096);
   flags.Int("--min-depth", &min_depth, "minimum exit depth (default 2: the lookahead gate's)", 1, 4096);
+  flags.String("--exit-trace", &exit_trace, "replay the exit depths `fathom generate --json` recorded on a real\n"
+               "checkpoint (instead of seeded random depths; see bench/exit_trace.h)");
   flags.Int("--max-depth", &max_depth, "r_max (default: the model's loop count)", 1, 4096);
   flags.Int("--seed", &seed, "workload and exit-trace seed (default 0)", 0, INT64_MAX);
   flags.Int("--prefill-budget", &budget, "prompt tokens per prefill step (default 256)", 1, 1 << 24);
@@ -94,10 +97,14 @@ int RunBenchOffline(const std::vector<std::string>& args) {
   if (!flags.Seen("--mean-depth")) mean_depth = 0.5 * static_cast<double>(min_depth + *r_max);
   if (mean_depth < static_cast<double>(min_depth) || mean_depth > *r_max)
     return Fail(cmd, "--mean-depth: outside [--min-depth, r_max]", 2);
+  if (!exit_trace.empty() && (flags.Seen("--mean-depth") || flags.Seen("--min-depth")))
+    return Fail(cmd, "--exit-trace replays recorded depths: it cannot be combined with --mean-depth or --min-depth", 2);
 
-  auto built = MakeBenchRequests({*workload, dataset, tokenizer_dir, model_dir, n, static_cast<uint64_t>(seed)}, spec,
-                                 {mean_depth, static_cast<int32_t>(min_depth), static_cast<uint64_t>(seed)});
+  auto built = MakeBenchRequests({*workload, dataset, tokenizer_dir, model_dir, n, static_cast<uint64_t>(seed),
+                                  exit_trace, *r_max},
+                                 spec, {mean_depth, static_cast<int32_t>(min_depth), static_cast<uint64_t>(seed), {}});
   if (!built.ok()) return Fail(cmd, built.status().message(), 1);
+  if (!exit_trace.empty()) mean_depth = built->trace_mean;
   const auto& reqs = built->reqs;
   const auto& control_reqs = built->control_reqs;
   const int64_t prompt_tokens = built->prompt_tokens, output_tokens = built->output_tokens;
@@ -217,6 +224,7 @@ int RunBenchOffline(const std::vector<std::string>& args) {
                         {"layout", std::string(KvLayoutName(*layout))},
                         {"r_max", *r_max},
                         {"mean_depth_target", mean_depth},
+                        {"exits", built->exits},
                         {"mean_depth", modes[i] == SchedMode::kCb ? static_cast<double>(*r_max) : r.mean_depth},
                         {"repeats", repeat},
                         {"seconds", bench::Median(seconds)},
@@ -251,9 +259,12 @@ int RunBenchOffline(const std::vector<std::string>& args) {
   std::printf("model %s (%s), workload %s: %lld requests, %lld prompt + %lld output tokens\n", model_dir.c_str(),
               spec.model_type.c_str(), built->source.c_str(), static_cast<long long>(n),
               static_cast<long long>(prompt_tokens), static_cast<long long>(output_tokens));
-  std::printf("W %lld, K %lld, layout %s, r_max %d, mean exit depth target %.2f, min %lld\n",
-              static_cast<long long>(width), static_cast<long long>(k), layout_name.c_str(), *r_max, mean_depth,
-              static_cast<long long>(min_depth));
+  std::printf("W %lld, K %lld, layout %s, r_max %d; exits: ", static_cast<long long>(width),
+              static_cast<long long>(k), layout_name.c_str(), *r_max);
+  if (exit_trace.empty())
+    std::printf("%s, mean %.2f, min %lld\n", built->exits.c_str(), mean_depth, static_cast<long long>(min_depth));
+  else
+    std::printf("%s\n", built->exits.c_str());
   std::printf("F_0 %.3g, F_r %.3g FLOPs/token (F_0/F_r %.3f); CB prefill share alpha %.3f\n", flops.f0(), flops.fr(),
               flops.f0() / flops.fr(), alpha);
   std::printf("%-13s %10s %8s %7s %7s %7s %9s %7s", "scheduler", "tok/s", "vs CB", "depth", "S_dec", "S_e2e",

@@ -23,7 +23,7 @@ namespace {
 
 // Flags shared by online and k-sweep.
 struct Common {
-  std::string model_dir, workload = "alpaca", layout = "last-exited", dataset, tokenizer_dir;
+  std::string model_dir, workload = "alpaca", layout = "last-exited", dataset, tokenizer_dir, exit_trace;
   int64_t n = 32, k = 1, width = 8, min_depth = 2, max_depth = 0, seed = 0, threads = 1, budget = 256;
   double mean_depth = 0;
   bool json = false, quiet = false;
@@ -38,6 +38,8 @@ struct Common {
     f.String("--layout", &layout, "KV layout (default last-exited)");
     f.Double("--mean-depth", &mean_depth, "mean exit depth (default (min-depth + r_max) / 2)", 1, 4096);
     f.Int("--min-depth", &min_depth, "minimum exit depth (default 2)", 1, 4096);
+    f.String("--exit-trace", &exit_trace, "replay the exit depths `fathom generate --json` recorded on a real\n"
+             "checkpoint (instead of seeded random depths)");
     f.Int("--max-depth", &max_depth, "r_max (default: the model's loop count)", 1, 4096);
     f.Int("--seed", &seed, "workload, exit-trace and arrival seed (default 0)", 0, INT64_MAX);
     f.Int("--prefill-budget", &budget, "prompt tokens per prefill step (default 256)", 1, 1 << 24);
@@ -68,10 +70,13 @@ Result<Setup> Prepare(Common& c, const FlagSet& flags) {
   if (!flags.Seen("--mean-depth")) c.mean_depth = 0.5 * static_cast<double>(c.min_depth + s.r_max);
   if (c.mean_depth < static_cast<double>(c.min_depth) || c.mean_depth > s.r_max)
     return Status::Error("--mean-depth: outside [--min-depth, r_max]");
+  if (!c.exit_trace.empty() && (flags.Seen("--mean-depth") || flags.Seen("--min-depth")))
+    return Status::Error("--exit-trace replays recorded depths: it cannot be combined with --mean-depth or --min-depth");
   const auto seed = static_cast<uint64_t>(c.seed);
   FATHOM_ASSIGN_OR_RETURN(BenchRequests built,
-                          MakeBenchRequests({w, c.dataset, c.tokenizer_dir, c.model_dir, c.n, seed}, spec,
-                                            {c.mean_depth, static_cast<int32_t>(c.min_depth), seed}));
+                          MakeBenchRequests({w, c.dataset, c.tokenizer_dir, c.model_dir, c.n, seed, c.exit_trace, s.r_max},
+                                            spec, {c.mean_depth, static_cast<int32_t>(c.min_depth), seed, {}}));
+  if (!c.exit_trace.empty()) c.mean_depth = built.trace_mean;
   s.reqs = std::move(built.reqs);
   s.opt.width = static_cast<int32_t>(c.width);
   s.opt.min_coda = static_cast<int32_t>(c.k);

@@ -1,5 +1,7 @@
 #include "bench_requests.h"
 
+#include <cstdio>
+
 #include "bench/dataset.h"
 #include "serve/openai_api.h"
 #include "tokenizer/tokenizer.h"
@@ -7,13 +9,26 @@
 namespace fathom::cli {
 
 Result<BenchRequests> MakeBenchRequests(const BenchRequestSource& src, const ModelSpec& spec,
-                                        const bench::ExitTraceOptions& exits) {
+                                        const bench::ExitTraceOptions& random_exits) {
   BenchRequests out;
+  bench::ExitTraceOptions exits = random_exits;
+  out.exits = "seeded random depths";
+  if (!src.exit_trace.empty()) {
+    // 2: the lookahead gate's minimum depth, which the engine's schedulers use.
+    auto trace = bench::LoadExitTrace(src.exit_trace, 2, src.r_max);
+    if (!trace.ok()) return trace.status().WithContext("--exit-trace");
+    exits.recorded = std::move(*trace);
+    out.trace_mean = exits.recorded.mean();
+    char text[96];
+    std::snprintf(text, sizeof text, " (%zu depths from %lld records, mean %.2f)", exits.recorded.depths.size(),
+                  static_cast<long long>(exits.recorded.records), out.trace_mean);
+    out.exits = "recorded trace " + src.exit_trace + text;
+  }
   const std::string kind(bench::WorkloadName(src.workload));
   if (src.dataset.empty()) {
     const auto shapes = bench::GenerateWorkload(src.workload, src.n, src.seed);
     out.reqs = bench::MakeRequests(shapes, spec, exits, src.seed);
-    out.control_reqs = bench::MakeRequests(shapes, spec, {0, 1, 0}, src.seed);
+    out.control_reqs = bench::MakeRequests(shapes, spec, bench::ExitTraceOptions{}, src.seed);
     out.source = "synthetic " + kind;
   } else {
     const std::string tok_dir = src.tokenizer.empty() ? src.model_dir : src.tokenizer;
@@ -22,7 +37,7 @@ Result<BenchRequests> MakeBenchRequests(const BenchRequestSource& src, const Mod
     FATHOM_RETURN_IF_ERROR(serve::CheckVocabulary(**tok, spec).WithContext("--tokenizer"));
     FATHOM_ASSIGN_OR_RETURN(auto data, bench::LoadDataset(src.workload, src.dataset, **tok, src.n, src.seed));
     out.reqs = bench::MakeRequests(data, spec, exits, src.seed);
-    out.control_reqs = bench::MakeRequests(data, spec, {0, 1, 0}, src.seed);
+    out.control_reqs = bench::MakeRequests(data, spec, bench::ExitTraceOptions{}, src.seed);
     out.source = kind + " file " + src.dataset;
   }
   for (const RequestSpec& r : out.reqs) {

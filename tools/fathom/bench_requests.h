@@ -1,7 +1,8 @@
 // The requests of a scheduler benchmark, shared by `bench offline`, `online` and `k-sweep`:
 // synthetic (seeded lengths and prompt ids, bench/workload.h) or, with --dataset FILE,
 // the prompts and reference output lengths of a real data file tokenized with the model's
-// tokenizer (bench/dataset.h).
+// tokenizer (bench/dataset.h). Exit depths are seeded random ones or, with --exit-trace
+// FILE, a trace recorded by `fathom generate` replayed in order (bench/exit_trace.h).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,8 @@ struct BenchRequestSource {
   std::string model_dir;
   int64_t n = 32;
   uint64_t seed = 0;
+  std::string exit_trace;  // --exit-trace FILE (bench/exit_trace.h); empty: seeded random depths
+  int32_t r_max = 0;       // the loop count the trace's depths must fit
 };
 
 struct BenchRequests {
@@ -29,6 +32,8 @@ struct BenchRequests {
   std::vector<RequestSpec> control_reqs;  // the same requests, no exits
   int64_t prompt_tokens = 0, output_tokens = 0;
   std::string source;  // "synthetic alpaca" or "alpaca file PATH"
+  std::string exits;   // "seeded random depths" or "recorded trace PATH (N depths, mean D)"
+  double trace_mean = 0;  // the recorded trace's mean depth (0 without one)
 };
 
 Result<BenchRequests> MakeBenchRequests(const BenchRequestSource& src, const ModelSpec& spec,

@@ -320,7 +320,7 @@ int RunBenchServe(const std::vector<std::string>& args) {
   // builds from it (the same parse and build functions as HttpServer::HandleGenerate).
   const auto wseed = static_cast<uint64_t>(seed);
   const auto shapes = bench::GenerateWorkload(*kind, n, wseed);
-  const auto base = bench::MakeRequests(shapes, spec, {0, 1, 0}, wseed);
+  const auto base = bench::MakeRequests(shapes, spec, bench::ExitTraceOptions{}, wseed);
   std::vector<std::string> bodies;
   std::vector<RequestSpec> specs;
   int64_t want_prompt = 0, want_output = 0;
