@@ -19,6 +19,28 @@
 #include "flags.h"
 
 namespace fathom::cli {
+namespace {
+
+// Stage-by-stage engine time of scheduler i: seconds averaged over the rounds; runs and
+// rows (the schedule is the same every round: all requests are queued at t = 0).
+nlohmann::json Breakdown(const std::vector<std::vector<bench::RunResult>>& rounds, size_t i) {
+  nlohmann::json out = nlohmann::json::object();
+  const auto n = static_cast<double>(rounds.size());
+  for (Stage stage : {Stage::kPrefill, Stage::kPrelude, Stage::kCore, Stage::kCoda}) {
+    double seconds = 0;
+    for (const auto& round : rounds) seconds += round[i].stats.stage[static_cast<int>(stage)].seconds;
+    const StageStats& st = rounds[0][i].stats.stage[static_cast<int>(stage)];
+    out[std::string(StageName(stage))] = {{"seconds", seconds / n}, {"runs", st.runs}, {"rows", st.rows}};
+  }
+  double schedule = 0;
+  for (const auto& round : rounds) schedule += round[i].stats.schedule_seconds;
+  out["schedule_seconds"] = schedule / n;
+  out["steps"] = rounds[0][i].stats.steps;
+  return out;
+}
+
+}  // namespace
+
 int RunBenchOffline(const std::vector<std::string>& args) {
   const std::string cmd = "bench offline";
   std::string model_dir, workload_name = "alpaca", sched_text = "cb,cdb-norefill,cdb-refill",
@@ -240,7 +262,8 @@ int RunBenchOffline(const std::vector<std::string>& args) {
                         {"s_e2e", s_e2e},
                         {"s_e2e_refined", bench::EndToEndBoundRefined(alpha, s_dec, f1)},
                         {"fraction_of_s_e2e", ratio / s_e2e},
-                        {"preemptions", r.stats.preemptions}};
+                        {"preemptions", r.stats.preemptions},
+                        {"breakdown", Breakdown(main_runs, i)}};
     if (!no_control) {
       const auto& c = series[i].control_ratio;
       std::vector<double> control_tok_s;
@@ -281,6 +304,39 @@ int RunBenchOffline(const std::vector<std::string>& args) {
     std::printf(" %6.1f%%", 100 * j["prefill_share"].get<double>());
     if (!no_control) std::printf(" %13.3fx", j["control_ratio_to_cb"].get<double>());
     std::printf("\n");
+  }
+  if (repeat > 1) {
+    std::printf("over %lld rounds, vs CB min-max:", static_cast<long long>(repeat));
+    for (const auto& j : rows)
+      if (j["scheduler"] != "cb")
+        std::printf(" %s %.3f-%.3fx", j["scheduler"].get<std::string>().c_str(), j["ratio_to_cb_min"].get<double>(),
+                    j["ratio_to_cb_max"].get<double>());
+    if (!no_control) {
+      std::printf("; no-exit:");
+      for (const auto& j : rows)
+        if (j["scheduler"] != "cb")
+          std::printf(" %s %.3f-%.3fx", j["scheduler"].get<std::string>().c_str(),
+                      j["control_ratio_to_cb_min"].get<double>(), j["control_ratio_to_cb_max"].get<double>());
+    }
+    std::printf("\n");
+  }
+  // Where the time went: per stage, seconds (mean over rounds), executions and mean rows.
+  std::printf("step-time breakdown (s, runs x mean rows):\n%-13s", "scheduler");
+  for (const char* stage : {"prefill", "prelude", "core", "coda"}) std::printf(" %22s", stage);
+  std::printf(" %9s %7s\n", "schedule", "steps");
+  for (const auto& j : rows) {
+    const nlohmann::json& b = j["breakdown"];
+    std::printf("%-13s", j["scheduler"].get<std::string>().c_str());
+    for (const char* stage : {"prefill", "prelude", "core", "coda"}) {
+      const nlohmann::json& st = b[stage];
+      const auto n_runs = st["runs"].get<int64_t>();
+      char cell[64];
+      std::snprintf(cell, sizeof cell, "%.2fs %lldx%.1f", st["seconds"].get<double>(), static_cast<long long>(n_runs),
+                    n_runs ? static_cast<double>(st["rows"].get<int64_t>()) / static_cast<double>(n_runs) : 0.0);
+      std::printf(" %22s", cell);
+    }
+    std::printf(" %8.3fs %7lld\n", b["schedule_seconds"].get<double>(),
+                static_cast<long long>(b["steps"].get<int64_t>()));
   }
   return 0;
 }
