@@ -54,10 +54,25 @@ def offline_section(out_dir, lines):
             r = runs[n].get(s)
             if r:
                 lines.append(
-                    f"| {n} | {s} | {r['output_tok_s']:.1f} | {r['ratio_to_cb']:.3f} | {r['s_dec']:.3f} | "
-                    f"{r['s_e2e']:.3f} | {r['fraction_of_s_e2e']:.1%} | {r.get('control_ratio_to_cb', 0):.3f} | "
+                    f"| {n} | {s} | {r['output_tok_s']:.1f} | {ranged(r, 'ratio_to_cb')} | {r['s_dec']:.3f} | "
+                    f"{r['s_e2e']:.3f} | {r['fraction_of_s_e2e']:.1%} | {ranged(r, 'control_ratio_to_cb')} | "
                     f"{r.get('mean_depth', 0):.2f} |")
+    repeats = {r.get("repeats", 1) for n in names for r in runs[n].values()}
+    if max(repeats) > 1:
+        lines += ["", f"Ratios: the median over {max(repeats)} rounds (each round runs every scheduler once, "
+                  "ratios taken within the round), with the min-max in brackets."]
     lines.append("")
+
+
+def ranged(row, key):
+    """A ratio with its min-max over the rounds, when the run had more than one."""
+    if key not in row:
+        return "-"
+    text = f"{row[key]:.3f}"
+    lo, hi = row.get(key + "_min"), row.get(key + "_max")
+    if row.get("repeats", 1) > 1 and lo is not None and hi is not None:
+        text += f" [{lo:.3f}-{hi:.3f}]"
+    return text
 
 
 def step_latency_section(out_dir, lines):

@@ -272,6 +272,7 @@ int RunBenchOffline(const std::vector<std::string>& args) {
       j["control_ratio_to_cb"] = bench::Median(c);
       j["control_ratio_to_cb_min"] = *std::min_element(c.begin(), c.end());
       j["control_ratio_to_cb_max"] = *std::max_element(c.begin(), c.end());
+      j["control_breakdown"] = Breakdown(control_runs, i);
     }
     rows.push_back(j);
   }
