@@ -182,22 +182,23 @@ int RunBenchOffline(const std::vector<std::string>& args) {
   const size_t n_modes = modes.size();
   std::vector<std::vector<bench::RunResult>> main_runs(static_cast<size_t>(repeat)),
       control_runs(static_cast<size_t>(repeat));
+  // One round over every scheduler, into `out` indexed by mode.
+  auto run_round = [&](size_t round, const std::vector<RequestSpec>& rs, const std::string& what,
+                       std::vector<bench::RunResult>* out) -> Status {
+    out->resize(n_modes);
+    for (size_t o = 0; o < n_modes; ++o) {
+      const size_t i = (o + round) % n_modes;
+      auto r = run(modes[i], rs, what);
+      if (!r.ok()) return r.status();
+      (*out)[i] = std::move(*r);
+    }
+    return Status::Ok();
+  };
   for (size_t round = 0; round < static_cast<size_t>(repeat); ++round) {
-    main_runs[round].resize(n_modes);
-    for (size_t o = 0; o < n_modes; ++o) {
-      const size_t i = (o + round) % n_modes;
-      auto r = run(modes[i], reqs, "");
-      if (!r.ok()) return fail_run(r.status());
-      main_runs[round][i] = std::move(*r);
-    }
+    if (Status st = run_round(round, reqs, "", &main_runs[round]); !st.ok()) return fail_run(st);
     if (no_control) continue;
-    control_runs[round].resize(n_modes);
-    for (size_t o = 0; o < n_modes; ++o) {
-      const size_t i = (o + round) % n_modes;
-      auto r = run(modes[i], control_reqs, " (no exits)");
-      if (!r.ok()) return fail_run(r.status());
-      control_runs[round][i] = std::move(*r);
-    }
+    if (Status st = run_round(round, control_reqs, " (no exits)", &control_runs[round]); !st.ok())
+      return fail_run(st);
   }
   // Per-mode series over the rounds: tok/s, ratio to CB within the round, CB's prefill share.
   struct Series {
