@@ -55,7 +55,8 @@ def offline_section(out_dir, lines):
             if r:
                 lines.append(
                     f"| {n} | {s} | {r['output_tok_s']:.1f} | {ranged(r, 'ratio_to_cb')} | {r['s_dec']:.3f} | "
-                    f"{r['s_e2e']:.3f} | {r['fraction_of_s_e2e']:.1%} | {ranged(r, 'control_ratio_to_cb')} | "
+                    f"{r['s_e2e']:.3f} | {'–' if s == 'cb' else format(r['fraction_of_s_e2e'], '.1%')} | "
+                    f"{ranged(r, 'control_ratio_to_cb')} | "
                     f"{r.get('mean_depth', 0):.2f} |")
     repeats = {r.get("repeats", 1) for n in names for r in runs[n].values()}
     if max(repeats) > 1:
