@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages fathom builds and tests with; does nothing when all are there.
+# This list is all a fresh Debian 12 machine needs (scripts/fresh-machine-check.sh proves it):
+# ca-certificates gives npm its TLS trust store (nodejs only recommends it).
 set -euo pipefail
-packages=(cmake ninja-build g++ libgtest-dev libdnnl-dev nlohmann-json3-dev python3-torch python3-numpy python3-matplotlib libpcre2-dev libutf8proc-dev libcpp-httplib-dev pkg-config)
+packages=(cmake ninja-build g++ ca-certificates libgtest-dev libdnnl-dev nlohmann-json3-dev python3-torch python3-numpy python3-matplotlib libpcre2-dev libutf8proc-dev libcpp-httplib-dev pkg-config)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
