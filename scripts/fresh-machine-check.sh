@@ -27,7 +27,10 @@ base_dir="${FATHOM_FRESH_DIR:-/tmp/fathom-fresh}"
 step() { echo "== fresh-machine-check: $*"; }
 fail() { echo "!! fresh-machine-check: $*" >&2; exit 1; }
 
-[ "$(id -u)" -eq 0 ] || fail "needs root (debootstrap, chroot and mount)"
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo > /dev/null || fail "needs root (debootstrap, chroot and mount) and sudo is not installed"
+  exec sudo --preserve-env=FATHOM_FRESH_DIR,OPENBLAS_CORETYPE "$0" "$@"
+fi
 command -v debootstrap > /dev/null || {
   step "installing debootstrap on the host"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap > /dev/null \
