@@ -37,8 +37,9 @@ def offline_section(out_dir, lines):
     for i, s in enumerate(SCHEDULERS):
         xs = [j + i * width for j in range(len(names))]
         ax1.bar(xs, [runs[n].get(s, {}).get("output_tok_s", 0) for n in names], width, label=s)
-        ax2.bar(xs, [runs[n].get(s, {}).get("fraction_of_s_e2e", 0) for n in names], width, label=s)
-    for ax, title in ((ax1, "output tokens/s"), (ax2, "fraction of S_e2e")):
+        ax2.bar(xs, [runs[n].get(s, {}).get("fraction_of_s_e2e_measured", 0) if s != "cb" else 0
+                     for n in names], width, label=s)
+    for ax, title in ((ax1, "output tokens/s"), (ax2, "fraction of S_e2e (measured costs)")):
         ax.set_xticks([j + width for j in range(len(names))])
         ax.set_xticklabels(names, rotation=15)
         ax.set_title(title)
@@ -47,8 +48,9 @@ def offline_section(out_dir, lines):
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "offline.png"), dpi=110)
     lines += ["## Offline throughput", "", "![offline](offline.png)", "",
-              "| run | scheduler | output tok/s | ratio to CB | S_dec | S_e2e | fraction of S_e2e | no-exit control vs CB | mean depth |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| run | scheduler | output tok/s | ratio to CB | S_dec | S_e2e | fraction of S_e2e | "
+              "S_dec measured | S_e2e measured | fraction of S_e2e measured | no-exit control vs CB | mean depth |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for n in names:
         for s in SCHEDULERS:
             r = runs[n].get(s)
@@ -56,12 +58,24 @@ def offline_section(out_dir, lines):
                 lines.append(
                     f"| {n} | {s} | {r['output_tok_s']:.1f} | {ranged(r, 'ratio_to_cb')} | {r['s_dec']:.3f} | "
                     f"{r['s_e2e']:.3f} | {'–' if s == 'cb' else format(r['fraction_of_s_e2e'], '.1%')} | "
+                    f"{r['s_dec_measured']:.3f} | {r['s_e2e_measured']:.3f} | "
+                    f"{'–' if s == 'cb' else percent_ranged(r, 'fraction_of_s_e2e_measured')} | "
                     f"{ranged(r, 'control_ratio_to_cb')} | "
                     f"{r.get('mean_depth', 0):.2f} |")
     repeats = {r.get("repeats", 1) for n in names for r in runs[n].values()}
     if max(repeats) > 1:
         lines += ["", f"Ratios: the median over {max(repeats)} rounds (each round runs every scheduler once, "
                   "ratios taken within the round), with the min-max in brackets."]
+    lines += ["", "S_dec / S_e2e count weight FLOPs (F_0, F_r from the model); the measured ones put CB's "
+              "measured seconds per decode token outside the core (c_0) and per core row (c_r) in their place, "
+              "from the same round (src/bench/speedup.h). The measured fraction is the headline: the FLOP one can "
+              "exceed 100% because on a CPU a step costs memory traffic, not FLOPs.", ""]
+    for n in names:
+        cb = runs[n].get("cb")
+        if cb and "cr_measured_s" in cb:
+            lines.append(f"- {n}: c_0 {cb['c0_measured_s'] * 1e3:.4f} ms, c_r {cb['cr_measured_s'] * 1e3:.4f} ms "
+                         f"(c_0/c_r {cb['c0_measured_s'] / cb['cr_measured_s']:.3f}; "
+                         f"F_0/F_r {cb['f0'] / cb['fr']:.3f}), alpha {cb['alpha']:.3f}")
     lines.append("")
 
 
@@ -73,6 +87,15 @@ def ranged(row, key):
     lo, hi = row.get(key + "_min"), row.get(key + "_max")
     if row.get("repeats", 1) > 1 and lo is not None and hi is not None:
         text += f" [{lo:.3f}-{hi:.3f}]"
+    return text
+
+
+def percent_ranged(row, key):
+    """A fraction in percent with its min-max over the rounds, when the run had more than one."""
+    text = f"{row[key]:.1%}"
+    lo, hi = row.get(key + "_min"), row.get(key + "_max")
+    if row.get("repeats", 1) > 1 and lo is not None and hi is not None:
+        text += f" [{lo:.1%}-{hi:.1%}]"
     return text
 
 

@@ -17,6 +17,19 @@ double EndToEndBoundRefined(double alpha, double s_dec, double f1) {
   return 1.0 / (alpha + (1.0 - alpha) * w);
 }
 
+Result<MeasuredBound> MeasuredCostBound(const StageCosts& cb, double r_max, double mean_depth) {
+  if (cb.prelude_rows <= 0 || cb.coda_rows <= 0 || cb.core_rows <= 0)
+    return Status::Error("measured bound: CB ran no decode tokens (prelude, core or coda rows are 0)");
+  if (!(cb.total_s > 0) || !(cb.core_s > 0)) return Status::Error("measured bound: CB's run took no time");
+  MeasuredBound b;
+  b.c0 = cb.prelude_s / static_cast<double>(cb.prelude_rows) + cb.coda_s / static_cast<double>(cb.coda_rows);
+  b.cr = cb.core_s / static_cast<double>(cb.core_rows);
+  b.alpha = cb.prefill_s / cb.total_s;
+  b.s_dec = DecodeSpeedupBound(b.c0, b.cr, r_max, mean_depth);
+  b.s_e2e = EndToEndBound(b.alpha, b.s_dec);
+  return b;
+}
+
 Result<std::vector<double>> LeastSquares(const std::vector<std::vector<double>>& x,
                                          const std::vector<double>& y) {
   if (x.empty() || x.size() != y.size()) return Status::Error("least squares: no rows, or rows and values differ in number");

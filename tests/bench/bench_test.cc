@@ -113,6 +113,44 @@ TEST(Speedup, HandComputed) {
   EXPECT_DOUBLE_EQ(EndToEndBoundRefined(0.2, 2.0, 0.0), EndToEndBound(0.2, 2.0));
 }
 
+TEST(Speedup, MeasuredCostBoundByHand) {
+  // CB's run: 2 s of prefill; prelude 0.5 s over 100 rows and coda 1.5 s over 50 rows (a
+  // replay after preemption can make them differ), so c_0 = 0.005 + 0.03 = 0.035 s per
+  // token; core 16 s over 400 rows, c_r = 0.04 s; 20 s in all (0.5 s of scheduling), so
+  // alpha = 0.1. At r_max 4 and d 2: S_dec = (0.035 + 0.16) / (0.035 + 0.08) = 39/23 and
+  // S_e2e = 1 / (0.1 + 0.9 * 23/39).
+  StageCosts cb;
+  cb.prefill_s = 2, cb.prelude_s = 0.5, cb.coda_s = 1.5, cb.core_s = 16, cb.total_s = 20;
+  cb.prelude_rows = 100, cb.coda_rows = 50, cb.core_rows = 400;
+  auto b = MeasuredCostBound(cb, 4, 2);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_NEAR(b->c0, 0.035, 1e-15);
+  EXPECT_NEAR(b->cr, 0.04, 1e-15);
+  EXPECT_NEAR(b->alpha, 0.1, 1e-15);
+  EXPECT_NEAR(b->s_dec, 39.0 / 23.0, 1e-12);
+  EXPECT_NEAR(b->s_e2e, 1.0 / (0.1 + 0.9 * 23.0 / 39.0), 1e-12);
+  // It is the time CB took over the time a perfect CDB at CB's per-row costs would take:
+  // the same prefill, the rest scaled by the decode work, 100 tokens x (c_0 + d c_r) of
+  // 100 x (c_0 + r_max c_r) (scheduling scaled with it).
+  const double perfect = 2 + 18 * (0.035 + 2 * 0.04) / (0.035 + 4 * 0.04);
+  EXPECT_NEAR(b->s_e2e, 20 / perfect, 1e-12);
+  // No exits: no speed-up; all of the time in the core: r_max / d.
+  EXPECT_NEAR(MeasuredCostBound(cb, 4, 4)->s_e2e, 1.0, 1e-15);
+  StageCosts core_only = cb;
+  core_only.prefill_s = core_only.prelude_s = core_only.coda_s = 0, core_only.total_s = 16;
+  EXPECT_NEAR(MeasuredCostBound(core_only, 4, 2)->s_e2e, 2.0, 1e-12);
+  // Nothing decoded, or no time: no bound.
+  StageCosts none = cb;
+  none.coda_rows = 0;
+  EXPECT_FALSE(MeasuredCostBound(none, 4, 2).ok());
+  none = cb;
+  none.core_rows = 0;
+  EXPECT_FALSE(MeasuredCostBound(none, 4, 2).ok());
+  none = cb;
+  none.total_s = 0;
+  EXPECT_FALSE(MeasuredCostBound(none, 4, 2).ok());
+}
+
 TEST(LeastSquares, RecoversExactPlaneAndRejectsSingular) {
   // t = 2 ms + 0.5 ms * N_b + 0.001 ms * N_c, with small deterministic noise.
   std::vector<StepPoint> pts;

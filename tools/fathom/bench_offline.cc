@@ -39,6 +39,25 @@ nlohmann::json Breakdown(const std::vector<std::vector<bench::RunResult>>& round
   return out;
 }
 
+// CB's stage seconds and rows in one run: the inputs of the measured-cost bound.
+bench::StageCosts CostsOf(const bench::RunResult& r) {
+  const auto& st = r.stats.stage;
+  const auto at = [&](Stage s) -> const StageStats& { return st[static_cast<int>(s)]; };
+  bench::StageCosts c;
+  c.prefill_s = at(Stage::kPrefill).seconds;
+  c.prelude_s = at(Stage::kPrelude).seconds;
+  c.core_s = at(Stage::kCore).seconds;
+  c.coda_s = at(Stage::kCoda).seconds;
+  c.prelude_rows = at(Stage::kPrelude).rows;
+  c.core_rows = at(Stage::kCore).rows;
+  c.coda_rows = at(Stage::kCoda).rows;
+  c.total_s = r.stats.seconds;
+  return c;
+}
+
+double Min(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+double Max(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+
 }  // namespace
 
 int RunBenchOffline(const std::vector<std::string>& args) {
@@ -61,8 +80,11 @@ int RunBenchOffline(const std::vector<std::string>& args) {
       "at a seeded random depth with mean --mean-depth (RandomDepthExit). Reports output\n"
       "tokens/s and the ratio to CB; the prefill share alpha of CB's time; F_0 and F_r counted\n"
       "from the model; S_dec = (F_0 + r_max F_r)/(F_0 + d F_r) at the measured mean depth d;\n"
-      "S_e2e = (alpha + (1 - alpha)/S_dec)^-1 and the fraction of it reached; and a no-exit\n"
-      "control (every token at r_max: each CDB scheduler against CB). With --repeat R, every\n"
+      "S_e2e = (alpha + (1 - alpha)/S_dec)^-1 and the fraction of it reached; the same bound\n"
+      "from CB's measured stage costs (S_dec* with seconds per decode token outside the core and\n"
+      "per core row in place of F_0 and F_r, bench/speedup.h), whose fraction is the headline;\n"
+      "and a no-exit control (every token at r_max: each CDB scheduler against CB). With\n"
+      "--repeat R, every\n"
       "run is made R times in rounds (one run per scheduler per round, the order rotated each\n"
       "round); ratios are taken within a round (runs close in time see similar host load) and\n"
       "the median over the rounds is reported with its min and max. Progress on stderr.");
@@ -221,19 +243,48 @@ int RunBenchOffline(const std::vector<std::string>& args) {
   const double alpha = bench::Median(alphas);
   // Prefill emits each request's first token; the rest come out of the coda.
   const double f1 = static_cast<double>(n) / static_cast<double>(std::max<int64_t>(output_tokens, 1));
+  // d: the mean exit depth the CDB runs measured (CB runs every token to r_max); seeded, so
+  // the same in every run and round.
+  double d = mean_depth;
+  for (size_t j = 1; j < n_modes; ++j) d = main_runs[0][j].mean_depth;
+  // The measured-cost bound of each round, from that round's CB run (bench/speedup.h).
+  std::vector<bench::MeasuredBound> measured;
+  for (size_t round = 0; round < static_cast<size_t>(repeat); ++round) {
+    auto b = bench::MeasuredCostBound(CostsOf(main_runs[round][0]), *r_max, d);
+    if (!b.ok()) return Fail(cmd, b.status().message(), 1);
+    measured.push_back(*b);
+  }
+  const auto median_of = [&](double bench::MeasuredBound::*field) {
+    std::vector<double> v;
+    for (const bench::MeasuredBound& b : measured) v.push_back(b.*field);
+    return bench::Median(v);
+  };
   nlohmann::json rows = nlohmann::json::array();
   for (size_t i = 0; i < n_modes; ++i) {
     const bench::RunResult& r = main_runs[0][i];  // seeded: tokens and depths are the same every round
-    // d: the mean exit depth the CDB runs measured (CB runs every token to r_max).
-    double d = mean_depth;
-    for (size_t j = 1; j < n_modes; ++j) d = main_runs[0][j].mean_depth;
     const double s_dec = bench::DecodeSpeedupBound(flops.f0(), flops.fr(), *r_max, d);
     const double s_e2e = bench::EndToEndBound(alpha, s_dec);
     const double ratio = bench::Median(series[i].ratio);
-    std::vector<double> seconds, prefill_shares;
-    for (const auto& round : main_runs) {
-      seconds.push_back(round[i].wall_seconds);
-      prefill_shares.push_back(round[i].prefill_share);
+    std::vector<double> seconds, prefill_shares, fractions;
+    nlohmann::json per_round = nlohmann::json::array();  // what the medians are taken over
+    for (size_t round = 0; round < main_runs.size(); ++round) {
+      const bench::RunResult& rr = main_runs[round][i];
+      seconds.push_back(rr.wall_seconds);
+      prefill_shares.push_back(rr.prefill_share);
+      fractions.push_back(series[i].ratio[round] / measured[round].s_e2e);
+      nlohmann::json pr = {{"output_tok_s", series[i].tok_s[round]},
+                           {"ratio_to_cb", series[i].ratio[round]},
+                           {"seconds", rr.wall_seconds},
+                           {"output_tokens", rr.stats.output_tokens},
+                           {"prefill_share", rr.prefill_share},
+                           {"alpha", alphas[round]},
+                           {"c0_measured_s", measured[round].c0},
+                           {"cr_measured_s", measured[round].cr},
+                           {"s_dec_measured", measured[round].s_dec},
+                           {"s_e2e_measured", measured[round].s_e2e},
+                           {"fraction_of_s_e2e_measured", fractions.back()}};
+      if (!no_control) pr["control_ratio_to_cb"] = series[i].control_ratio[round];
+      per_round.push_back(pr);
     }
     nlohmann::json j = {{"scheduler", std::string(SchedModeName(modes[i]))},
                         {"model", model_dir},
@@ -253,8 +304,8 @@ int RunBenchOffline(const std::vector<std::string>& args) {
                         {"seconds", bench::Median(seconds)},
                         {"output_tok_s", bench::Median(series[i].tok_s)},
                         {"ratio_to_cb", ratio},
-                        {"ratio_to_cb_min", *std::min_element(series[i].ratio.begin(), series[i].ratio.end())},
-                        {"ratio_to_cb_max", *std::max_element(series[i].ratio.begin(), series[i].ratio.end())},
+                        {"ratio_to_cb_min", Min(series[i].ratio)},
+                        {"ratio_to_cb_max", Max(series[i].ratio)},
                         {"alpha", alpha},
                         {"prefill_share", bench::Median(prefill_shares)},
                         {"f0", flops.f0()},
@@ -263,16 +314,24 @@ int RunBenchOffline(const std::vector<std::string>& args) {
                         {"s_e2e", s_e2e},
                         {"s_e2e_refined", bench::EndToEndBoundRefined(alpha, s_dec, f1)},
                         {"fraction_of_s_e2e", ratio / s_e2e},
+                        {"c0_measured_s", median_of(&bench::MeasuredBound::c0)},
+                        {"cr_measured_s", median_of(&bench::MeasuredBound::cr)},
+                        {"s_dec_measured", median_of(&bench::MeasuredBound::s_dec)},
+                        {"s_e2e_measured", median_of(&bench::MeasuredBound::s_e2e)},
+                        {"fraction_of_s_e2e_measured", bench::Median(fractions)},
+                        {"fraction_of_s_e2e_measured_min", Min(fractions)},
+                        {"fraction_of_s_e2e_measured_max", Max(fractions)},
                         {"preemptions", r.stats.preemptions},
-                        {"breakdown", Breakdown(main_runs, i)}};
+                        {"breakdown", Breakdown(main_runs, i)},
+                        {"rounds", per_round}};
     if (!no_control) {
       const auto& c = series[i].control_ratio;
       std::vector<double> control_tok_s;
       for (const auto& round : control_runs) control_tok_s.push_back(round[i].output_tok_s());
       j["control_output_tok_s"] = bench::Median(control_tok_s);
       j["control_ratio_to_cb"] = bench::Median(c);
-      j["control_ratio_to_cb_min"] = *std::min_element(c.begin(), c.end());
-      j["control_ratio_to_cb_max"] = *std::max_element(c.begin(), c.end());
+      j["control_ratio_to_cb_min"] = Min(c);
+      j["control_ratio_to_cb_max"] = Max(c);
       j["control_breakdown"] = Breakdown(control_runs, i);
     }
     rows.push_back(j);
@@ -292,8 +351,12 @@ int RunBenchOffline(const std::vector<std::string>& args) {
     std::printf("%s\n", built->exits.c_str());
   std::printf("F_0 %.3g, F_r %.3g FLOPs/token (F_0/F_r %.3f); CB prefill share alpha %.3f\n", flops.f0(), flops.fr(),
               flops.f0() / flops.fr(), alpha);
-  std::printf("%-13s %10s %8s %7s %7s %7s %9s %7s", "scheduler", "tok/s", "vs CB", "depth", "S_dec", "S_e2e",
-              "of S_e2e", "prefill");
+  const double c0 = median_of(&bench::MeasuredBound::c0), cr = median_of(&bench::MeasuredBound::cr);
+  std::printf("measured on CB: c_0 %.4f ms per decode token outside the core, c_r %.4f ms per core row "
+              "(c_0/c_r %.3f)\n", 1e3 * c0, 1e3 * cr, c0 / cr);
+  std::printf("bounds: S_dec/S_e2e from FLOPs; S_dec*/S_e2e* from CB's measured costs (of S_e2e*: the headline)\n");
+  std::printf("%-13s %10s %8s %7s %7s %7s %9s %7s %7s %9s %7s", "scheduler", "tok/s", "vs CB", "depth", "S_dec",
+              "S_e2e", "of S_e2e", "S_dec*", "S_e2e*", "of S_e2e*", "prefill");
   if (!no_control) std::printf(" %14s", "no-exit vs CB");
   std::printf("\n");
   for (const auto& j : rows) {
@@ -303,6 +366,9 @@ int RunBenchOffline(const std::vector<std::string>& args) {
                 j["s_dec"].get<double>(), j["s_e2e"].get<double>());
     if (is_cb) std::printf("%9s", "-");
     else std::printf("%8.1f%%", 100 * j["fraction_of_s_e2e"].get<double>());
+    std::printf(" %7.3f %7.3f ", j["s_dec_measured"].get<double>(), j["s_e2e_measured"].get<double>());
+    if (is_cb) std::printf("%9s", "-");
+    else std::printf("%8.1f%%", 100 * j["fraction_of_s_e2e_measured"].get<double>());
     std::printf(" %6.1f%%", 100 * j["prefill_share"].get<double>());
     if (!no_control) std::printf(" %13.3fx", j["control_ratio_to_cb"].get<double>());
     std::printf("\n");
@@ -313,6 +379,12 @@ int RunBenchOffline(const std::vector<std::string>& args) {
       if (j["scheduler"] != "cb")
         std::printf(" %s %.3f-%.3fx", j["scheduler"].get<std::string>().c_str(), j["ratio_to_cb_min"].get<double>(),
                     j["ratio_to_cb_max"].get<double>());
+    std::printf("; of S_e2e*:");
+    for (const auto& j : rows)
+      if (j["scheduler"] != "cb")
+        std::printf(" %s %.1f-%.1f%%", j["scheduler"].get<std::string>().c_str(),
+                    100 * j["fraction_of_s_e2e_measured_min"].get<double>(),
+                    100 * j["fraction_of_s_e2e_measured_max"].get<double>());
     if (!no_control) {
       std::printf("; no-exit:");
       for (const auto& j : rows)
