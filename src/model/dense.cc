@@ -50,6 +50,7 @@ Result<ModelSpec> LlamaStyleSpec(const JsonFields& c) {
   FATHOM_ASSIGN_OR_RETURN(s.tie_embeddings, c.BoolOr("tie_word_embeddings", false));
   FATHOM_ASSIGN_OR_RETURN(s.bos_id, family_util::TokenId(c, "bos_token_id"));
   FATHOM_ASSIGN_OR_RETURN(s.eos_id, family_util::TokenId(c, "eos_token_id"));
+  FATHOM_ASSIGN_OR_RETURN(s.pad_id, family_util::TokenId(c, "pad_token_id"));
   if (c.Has("rope_scaling") && !c.json().at("rope_scaling").is_null())
     return Status::Error(c.source() + ": field 'rope_scaling' is set (" +
                          c.json().at("rope_scaling").dump() +

@@ -83,13 +83,18 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelSpec& s) {
 namespace family_util {
 
 Result<int32_t> TokenId(const JsonFields& c, const std::string& field) {
-  if (!c.Has(field)) return -1;
+  if (!c.Has(field) || c.json().at(field).is_null()) return -1;
   const nlohmann::json& v = c.json().at(field);
-  if (v.is_number_integer()) return static_cast<int32_t>(v.get<int64_t>());
-  if (v.is_array() && !v.empty() && v[0].is_number_integer())
-    return static_cast<int32_t>(v[0].get<int64_t>());
-  return Status::Error(c.source() + ": field '" + field +
-                       "': expected an integer or a list of integers, found " + v.dump());
+  const nlohmann::json* id = &v;
+  if (v.is_array() && !v.empty()) id = &v[0];
+  if (!id->is_number_integer())
+    return Status::Error(c.source() + ": field '" + field +
+                         "': expected an integer or a list of integers, found " + v.dump());
+  const int64_t x = id->get<int64_t>();
+  if (x < 0 || x > INT32_MAX)
+    return Status::Error(c.source() + ": field '" + field + "': token id " + std::to_string(x) +
+                         " is out of range");
+  return static_cast<int32_t>(x);
 }
 
 Status ValidateSpec(const ModelSpec& s, const std::string& source) {
@@ -118,6 +123,11 @@ Status ValidateSpec(const ModelSpec& s, const std::string& source) {
     FATHOM_RETURN_IF_ERROR(positive(s.loop.default_loops, "default loop count"));
   }
   if (!(s.norm_eps > 0.f)) return Status::Error(source + ": norm epsilon must be positive");
+  for (auto [id, field] : {std::pair{s.bos_id, "bos_token_id"}, std::pair{s.eos_id, "eos_token_id"},
+                           std::pair{s.pad_id, "pad_token_id"}})
+    if (id >= s.vocab)
+      return Status::Error(source + ": field '" + field + "' is " + std::to_string(id) +
+                           ", outside the vocabulary of " + std::to_string(s.vocab) + " tokens");
   return Status::Ok();
 }
 

@@ -37,17 +37,18 @@ Result<ModelSpec> HuginnSpec(const JsonFields& c) {
                           c.Int(c.Has("n_heads") || !c.Has("num_attention_heads")
                                     ? "n_heads"
                                     : "num_attention_heads"));
-  FATHOM_ASSIGN_OR_RETURN(s.n_kv_heads, c.IntOr("num_key_value_heads", s.n_heads));
+  // Derived, not read: upstream's RavenConfig sets num_key_value_heads = n_heads (MHA) and
+  // head_dim = n_embd // n_heads whatever the JSON says.
+  s.n_kv_heads = s.n_heads;
   if (s.n_heads <= 0) return Status::Error(c.source() + ": field 'n_heads' must be positive");
   s.head_dim = s.hidden / s.n_heads;
   if (s.head_dim * s.n_heads != s.hidden)
     return Status::Error(c.source() + ": n_embd (" + std::to_string(s.hidden) +
                          ") is not a multiple of n_heads (" + std::to_string(s.n_heads) + ")");
   FATHOM_ASSIGN_OR_RETURN(s.intermediate, c.Int("intermediate_size"));
-  FATHOM_ASSIGN_OR_RETURN(int64_t vocab, c.Int("vocab_size"));
-  FATHOM_ASSIGN_OR_RETURN(int64_t padding, c.IntOr("padding_multiple", 1));
-  if (padding <= 0) padding = 1;
-  s.vocab = (vocab + padding - 1) / padding * padding;  // padded_vocab_size, as upstream
+  // Upstream sets vocab_size = padded_vocab_size = vocab_size: padding_multiple sizes no
+  // tensor (wte and lm_head are [vocab_size, n_embd]), so it is not read.
+  FATHOM_ASSIGN_OR_RETURN(s.vocab, c.Int("vocab_size"));
   FATHOM_ASSIGN_OR_RETURN(double eps, c.NumberOr("norm_eps", 1e-6));
   FATHOM_ASSIGN_OR_RETURN(double rope_base, c.NumberOr("rope_base", 50000.0));
   s.norm_eps = static_cast<float>(eps);
@@ -66,6 +67,12 @@ Result<ModelSpec> HuginnSpec(const JsonFields& c) {
   FATHOM_ASSIGN_OR_RETURN(int64_t n_core, c.Int("n_layers_in_recurrent_block"));
   FATHOM_ASSIGN_OR_RETURN(int64_t n_coda, c.Int("n_layers_in_coda"));
   FATHOM_ASSIGN_OR_RETURN(int64_t mean_recurrence, c.Int("mean_recurrence"));
+  // n_layers is the total of the three stages (upstream's serving config checks it).
+  FATHOM_ASSIGN_OR_RETURN(int64_t n_layers, c.IntOr("n_layers", n_prelude + n_core + n_coda));
+  if (n_layers != n_prelude + n_core + n_coda)
+    return Status::Error(c.source() + ": field 'n_layers' is " + std::to_string(n_layers) +
+                         ", but n_layers_in_prelude + n_layers_in_recurrent_block + "
+                         "n_layers_in_coda = " + std::to_string(n_prelude + n_core + n_coda));
   s.embed_scale = std::sqrt(static_cast<float>(s.hidden));
   s.n_prelude = static_cast<int32_t>(n_prelude);
   s.n_core = static_cast<int32_t>(n_core);
@@ -93,14 +100,19 @@ Result<ModelSpec> HuginnSpec(const JsonFields& c) {
   s.final_norm_name = "transformer.ln_f.weight";
   s.lm_head_name = "lm_head.weight";
   s.ignored_tensors = {"freqs_cis", "transformer.freqs_cis"};
-  s.bos_id = 65504;  // <|begin_text|>
-  s.eos_id = 65505;  // <|end_text|>
-  if (s.vocab <= 65505) s.bos_id = s.eos_id = -1;  // small test vocabularies
+  // Special ids from the config (PretrainedConfig kwargs; Huginn-0125's config.json has
+  // 65504 <|begin_text|>, 65505 <|end_text|>, 65509 <|pad|>); absent or null: none.
+  FATHOM_ASSIGN_OR_RETURN(s.bos_id, family_util::TokenId(c, "bos_token_id"));
+  FATHOM_ASSIGN_OR_RETURN(s.eos_id, family_util::TokenId(c, "eos_token_id"));
+  FATHOM_ASSIGN_OR_RETURN(s.pad_id, family_util::TokenId(c, "pad_token_id"));
   return s;
 }
 
+// bos / eos / pad ids: Huginn-0125's where the vocabulary holds them, null otherwise (the
+// tiny and small presets' vocabularies are smaller; make-model --tokenizer fills them).
 nlohmann::json HuginnConfig(int64_t n_embd, int64_t n_heads, int64_t inter, int64_t vocab,
-                            int64_t padding, int64_t block_size, int64_t mean_recurrence) {
+                            int64_t block_size, int64_t mean_recurrence) {
+  auto special = [&](int64_t id) { return id < vocab ? nlohmann::json(id) : nlohmann::json(nullptr); };
   return {{"model_type", "huginn_raven"},
           {"architectures", {"RavenForCausalLM"}},
           {"n_embd", n_embd},
@@ -108,7 +120,7 @@ nlohmann::json HuginnConfig(int64_t n_embd, int64_t n_heads, int64_t inter, int6
           {"n_layers", 8},
           {"intermediate_size", inter},
           {"vocab_size", vocab},
-          {"padding_multiple", padding},
+          {"padding_multiple", 4096},  // upstream's default; sizes no tensor
           {"block_size", block_size},
           {"tie_embeddings", true},
           {"bias", false},
@@ -125,15 +137,18 @@ nlohmann::json HuginnConfig(int64_t n_embd, int64_t n_heads, int64_t inter, int6
           {"norm_class_name", "RMSNorm_llama"},
           {"mlp_class_name", "GatedMLP"},
           {"nonlin_name", "SiLU"},
+          {"bos_token_id", special(65504)},
+          {"eos_token_id", special(65505)},
+          {"pad_token_id", special(65509)},
           {"torch_dtype", "bfloat16"}};
 }
 
 Result<nlohmann::json> HuginnPreset(std::string_view preset) {
-  if (preset == "tiny") return HuginnConfig(64, 4, 128, 256, 256, 512, 4);
-  if (preset == "huginn-0125") return HuginnConfig(5280, 55, 17920, 65536, 4096, 4096, 32);
+  if (preset == "tiny") return HuginnConfig(64, 4, 128, 256, 512, 4);
+  if (preset == "huginn-0125") return HuginnConfig(5280, 55, 17920, 65536, 4096, 32);
   // Benchmarks on small machines: Huginn's 2-4-2 shape at width 512 (69 MB in bf16), the
   // vocabulary chosen to keep Huginn-0125's F_0/F_r = 1.18, a 16k context for arXiv.
-  if (preset == "huginn-small") return HuginnConfig(512, 8, 1792, 6656, 256, 16384, 32);
+  if (preset == "huginn-small") return HuginnConfig(512, 8, 1792, 6656, 16384, 32);
   return Status::Error("unknown preset '" + std::string(preset) +
                        "' for family huginn (known: tiny, huginn-small, huginn-0125)");
 }

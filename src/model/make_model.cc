@@ -88,7 +88,6 @@ Status MakeRandomModel(const MakeModelOptions& opt) {
   if (opt.tokenizer) {
     config["vocab_size"] = opt.tokenizer->vocab_size;
     auto token_field = [&](const char* field, const std::optional<int32_t>& id) {
-      if (!config.contains(field)) return;  // Huginn's config names no bos/eos ids
       config[field] = id ? nlohmann::json(*id) : nlohmann::json(nullptr);
     };
     token_field("bos_token_id", opt.tokenizer->bos_id);

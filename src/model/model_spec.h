@@ -94,7 +94,7 @@ struct ModelSpec {
   int64_t max_positions = 2048;
   float embed_scale = 1.f;
   bool tie_embeddings = false;
-  int32_t bos_id = -1, eos_id = -1;
+  int32_t bos_id = -1, eos_id = -1, pad_id = -1;  // from config.json; -1: none
 
   std::vector<LayerSpec> layers;  // prelude, then core, then coda, in execution order
   int32_t n_prelude = 0, n_core = 0, n_coda = 0;

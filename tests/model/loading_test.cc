@@ -203,5 +203,45 @@ TEST(LoadingPresetsTest, EveryFamilyAndTinyPresetLoads) {
   }
 }
 
+// Special token ids come from config.json for every family: an integer, the first of a list,
+// or null / absent (no id); an id outside the vocabulary is an error naming the field.
+TEST(SpecialTokenIdsTest, ReadFromTheConfigOfEveryFamily) {
+  for (const char* family : {"llama", "ouro", "huginn"}) {
+    TempDir tmp;
+    const std::string dir = tmp / "model";
+    testing::MakeTinyModel(family, dir, DType::kF32);
+    EditConfig(dir, [](nlohmann::json& j) {
+      j["bos_token_id"] = 250;
+      j["eos_token_id"] = nlohmann::json::array({251, 7});
+      j["pad_token_id"] = nullptr;
+    });
+    auto m = Model::Load(dir);
+    ASSERT_TRUE(m.ok()) << family << ": " << m.status().message();
+    EXPECT_EQ((*m)->spec().bos_id, 250) << family;
+    EXPECT_EQ((*m)->spec().eos_id, 251) << family;
+    EXPECT_EQ((*m)->spec().pad_id, -1) << family;
+    EditConfig(dir, [](nlohmann::json& j) { j["pad_token_id"] = 256; });  // vocabulary: 256
+    const std::string e = LoadError(dir);
+    EXPECT_NE(e.find("'pad_token_id' is 256, outside the vocabulary of 256 tokens"), std::string::npos)
+        << family << ": " << e;
+    EXPECT_NE(e.find("config.json"), std::string::npos) << e;
+  }
+}
+
+// Huginn: padding_multiple sizes no tensor (upstream sets padded_vocab_size = vocab_size), and
+// n_layers must be the total of the three stages.
+TEST(HuginnConfigTest, VocabularyIsNotPaddedAndLayerCountIsChecked) {
+  TempDir tmp;
+  const std::string dir = tmp / "model";
+  testing::MakeTinyModel("huginn", dir, DType::kF32);
+  EditConfig(dir, [](nlohmann::json& j) { j["padding_multiple"] = 4096; });
+  auto m = Model::Load(dir);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ((*m)->spec().vocab, 256);
+  EditConfig(dir, [](nlohmann::json& j) { j["n_layers"] = 9; });
+  const std::string e = LoadError(dir);
+  EXPECT_NE(e.find("field 'n_layers' is 9"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace fathom
