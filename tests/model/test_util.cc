@@ -56,6 +56,15 @@ std::string JoinIds(const std::vector<int32_t>& ids) {
   return s;
 }
 
+void MakeUpstreamTinyModel(const std::string& family, const std::string& dir, DType dtype,
+                           const std::string& extra_args) {
+  const char* dt = dtype == DType::kBF16 ? "bf16" : dtype == DType::kF16 ? "f16" : "f32";
+  const std::string cmd = "/usr/bin/python3 " FATHOM_SOURCE_DIR "/tests/reference/make_tiny.py --family " +
+                          family + " --out " + dir + " --dtype " + dt + " " + extra_args;
+  CommandResult r = RunCommand(cmd);
+  ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+}
+
 void RunReference(const std::string& model_dir, const std::vector<int32_t>& ids, int32_t loops,
                   const std::string& out_dir, const std::string& extra_args) {
   std::string cmd = "/usr/bin/python3 " FATHOM_SOURCE_DIR "/tests/reference/reference.py --model " +

@@ -26,6 +26,12 @@ class TempDir {
 void MakeTinyModel(const std::string& family, const std::string& dir, DType dtype,
                    uint64_t seed = 1);
 
+// Writes a random checkpoint with tests/reference/make_tiny.py: the upstream tensor names and
+// config fields (written independently of fathom's own writer), `extra_args` e.g. "--tied" or
+// "--shards 2". Families: llama, qwen2, qwen3, ouro, huginn.
+void MakeUpstreamTinyModel(const std::string& family, const std::string& dir, DType dtype,
+                           const std::string& extra_args = "");
+
 struct CommandResult {
   int exit_code = -1;
   std::string output;  // stdout and stderr together
