@@ -543,7 +543,11 @@ def huginn_layout_call(W, cfg, ids, start, kv, steps):
     """Huginn tokens ids running exactly `steps` core steps from a zero state through the
     LayoutKV kv: prelude (logical slots ("prelude", i)), `steps` x [adapter, core blocks
     ("core", j, r)], then ONCE ln_f, coda (("coda", i), written once per token), ln_f, head.
-    Returns logits [S, V] and latent_diff [steps, S] (||x_r - x_{r-1}|| / ||x_r||)."""
+    Returns logits [S, V], latent_diff [steps, S] (||x_r - x_{r-1}|| / ||x_r||) and kl
+    [steps, S]: upstream's KL exit signal in decode, KL(p_{r-1} || p_r) with p_0 uniform 1/V,
+    p_r the prediction ln_f, coda, ln_f, head of x_r, its coda attending to the earlier
+    tokens' coda K/V (their final states) and to its own step-r K/V (overwritten by the next
+    step's and finally by the exit state's)."""
     E, H, D = huginn_dims(cfg)
     if cfg.get("test_time_noise", 0) not in (0, None):
         raise NotImplementedError("test_time_noise")
@@ -559,19 +563,28 @@ def huginn_layout_call(W, cfg, ids, start, kv, steps):
     e = W["transformer.wte.weight"][ids] * math.sqrt(E)
     for i in range(P):
         e = huginn_block(W, cfg, f"transformer.prelude.{i}.", e, positions, kv, ("prelude", i), start)
+    head = lm_head_weight(W, "lm_head.weight", "transformer.wte.weight")
+
+    def predict(x):
+        y = rms_norm(x, W["transformer.ln_f.weight"], eps)
+        for i in range(K):
+            y = huginn_block(W, cfg, f"transformer.coda.{i}.", y, positions, kv, ("coda", i), start)
+        return linear(rms_norm(y, W["transformer.ln_f.weight"], eps), head)
+
     x = torch.zeros(ids.shape[0], E)  # --init-state zero
-    diffs = []
+    prev_logp = torch.full((ids.shape[0], head.shape[0]), math.log(1.0 / head.shape[0]))
+    diffs, kls = [], []
     for r in range(steps):
         x_prev = x
         x = linear(torch.cat([x_prev, e], dim=-1), W["transformer.adapter.weight"], W.get("transformer.adapter.bias"))
         for j in range(C):
             x = huginn_block(W, cfg, f"transformer.core_block.{j}.", x, positions, kv, ("core", j, r), start)
         diffs.append((x - x_prev).norm(dim=-1) / x.norm(dim=-1))
-    y = rms_norm(x, W["transformer.ln_f.weight"], eps)
-    for i in range(K):
-        y = huginn_block(W, cfg, f"transformer.coda.{i}.", y, positions, kv, ("coda", i), start)
-    logits = linear(rms_norm(y, W["transformer.ln_f.weight"], eps), lm_head_weight(W, "lm_head.weight", "transformer.wte.weight"))
-    return logits, torch.stack(diffs)
+        logp = torch.log_softmax(predict(x), dim=-1)
+        kls.append((prev_logp.exp() * (prev_logp - logp)).sum(-1))
+        prev_logp = logp
+    logits = predict(x)  # the exit state's coda K/V is the one later tokens read
+    return logits, torch.stack(diffs), torch.stack(kls)
 
 
 def run_layout(W, cfg, prompt_ids, decode_ids, exit_depths=None, loops=None, layout="depth-indexed",
@@ -602,15 +615,20 @@ def run_layout(W, cfg, prompt_ids, decode_ids, exit_depths=None, loops=None, lay
     else:
         n_core, call = cfg.get("n_layers_in_recurrent_block", 4), huginn_layout_call
     kv = LayoutKV(layout, R, n_core, n_prompt, shared_after)
-    pre, _ = call(W, cfg, prompt_ids, 0, kv, R)
-    logits, signals = [], torch.zeros(n_decode, R)
+    pre = call(W, cfg, prompt_ids, 0, kv, R)[0]
+    logits, signals, kls = [], torch.zeros(n_decode, R), torch.zeros(n_decode, R)
     for i, e in enumerate(depths):
-        lg, sig = call(W, cfg, decode_ids[i : i + 1], n_prompt + i, kv, e)
+        lg, sig, *kl = call(W, cfg, decode_ids[i : i + 1], n_prompt + i, kv, e)
         kv.exit(n_prompt + i, e)
         logits.append(lg)
         signals[i, :e] = sig[:, 0]
-    return {"prefill_logits": pre, "decode_logits": torch.cat(logits, 0) if logits else pre[:0],
-            "decode_signals": signals}
+        if kl:
+            kls[i, :e] = kl[0][:, 0]
+    out = {"prefill_logits": pre, "decode_logits": torch.cat(logits, 0) if logits else pre[:0],
+           "decode_signals": signals}
+    if fam == "huginn":
+        out["decode_kl"] = kls
+    return out
 
 
 # ----------------------------------------------------------------------------------------
@@ -768,6 +786,8 @@ def main(argv=None):
         write_f32(args.out_dir, "decode_logits.f32", decode["decode_logits"], meta)
         if "decode_signals" in decode:
             write_f32(args.out_dir, "decode_signals.f32", decode["decode_signals"], meta)
+        if "decode_kl" in decode:
+            write_f32(args.out_dir, "decode_kl.f32", decode["decode_kl"], meta)
     with open(os.path.join(args.out_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     return 0
