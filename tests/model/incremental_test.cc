@@ -121,18 +121,43 @@ TEST(ExitTest, OuroExitDepthsFollowTheThreshold) {
   ASSERT_TRUE(fixed.ok());
   EXPECT_EQ(never->ids, fixed->ids);
 
+  // Early exits: each decode token's depth is the first step t whose cumulative exit
+  // probability sum_{j<=t} lambda_j prod_{i<j} (1 - lambda_i) reaches q, with the gate values
+  // lambda of the PyTorch reference replaying the same tokens, depths and KV layout
+  // (teacher-forced decode, last-exited). A q low enough that most tokens leave before r_max.
   opt.loops = 0;
-  opt.exit_threshold = 0.05;  // nearly every token leaves at step 1
+  const double q = 0.3;
+  opt.exit_threshold = q;
   auto early = Generate(**m, opt);
   ASSERT_TRUE(early.ok());
-  double mean = 0;
-  for (size_t i = 1; i < early->exit_depths.size(); ++i) mean += early->exit_depths[i];
-  mean /= static_cast<double>(early->exit_depths.size() - 1);
-  EXPECT_LT(mean, 4.0);
-  for (int32_t d : early->exit_depths) {
-    EXPECT_GE(d, 1);
-    EXPECT_LE(d, 4);
+  const size_t n = early->ids.size();
+  ASSERT_EQ(early->exit_depths.size(), n);
+  EXPECT_EQ(early->exit_depths[0], 4);  // the prefill token runs every step
+  // Decode token i (input ids[i - 1], output ids[i]) ran exit_depths[i] steps.
+  const std::vector<int32_t> inputs(early->ids.begin(), early->ids.end() - 1);
+  const std::vector<int32_t> depths(early->exit_depths.begin() + 1, early->exit_depths.end());
+  testing::RunReference(dir / "model", kPrompt, 4, dir.path(),
+                        "--decode-ids " + testing::JoinIds(inputs) + " --exit-depths " +
+                            testing::JoinIds(depths) + " --layout last-exited");
+  const auto lambda = ReadF32File(dir / "decode_signals.f32");  // [n - 1, R], 0 past the exit
+  ASSERT_EQ(lambda.size(), (n - 1) * 4);
+  int early_exits = 0;
+  for (size_t i = 0; i + 1 < n; ++i) {
+    int32_t want = 4;
+    double cum = 0, survive = 1;
+    for (int32_t t = 1; t <= depths[i]; ++t) {
+      const double l = lambda[i * 4 + static_cast<size_t>(t - 1)];
+      cum += l * survive;
+      survive *= 1 - l;
+      if (cum >= q) {
+        want = t;
+        break;
+      }
+    }
+    EXPECT_EQ(depths[i], want) << "decode token " << i;
+    early_exits += depths[i] < 4;
   }
+  EXPECT_GE(early_exits, static_cast<int>(n) / 2) << "q = " << q << " should make most tokens exit early";
 }
 
 TEST(HuginnInitTest, SeededRandomStateIsReproducibleAndDiffersFromZero) {

@@ -138,29 +138,60 @@ TEST_P(HuginnReferenceTest, LogitsAndLatentDiff) {
 
 INSTANTIATE_TEST_SUITE_P(Loops, HuginnReferenceTest, ::testing::Values(1, 2, 5, 8));
 
-// bf16 checkpoints: with activations rounded to bf16 (the fast default), the error grows
-// with depth; Huginn's 2 + 4R + 2 post-norm layers reach about 3% on random weights. With
-// split activations (LoadOptions::split_bf16_activations) every family is within 2e-2.
-TEST(LoopedReferenceTest, Bf16LogitsWithin2e2) {
-  for (const char* family : {"ouro", "huginn"}) {
-    TempDir dir;
-    testing::MakeTinyModel(family, dir / "model", DType::kBF16);
-    testing::RunReference(dir / "model", kPrompt, 3, dir.path());
-    const auto ref = ReadF32File(dir / "logits.f32");
-    LoadOptions accurate;
-    accurate.split_bf16_activations = true;
-    auto m = Model::Load(dir / "model", accurate);
-    ASSERT_TRUE(m.ok()) << m.status().message();
-    Fathom f;
-    f.Run(**m, kPrompt, 3);
-    EXPECT_LE(RelativeError(f.out.logits, ref), 2e-2) << family << " (split activations)";
-    auto fast = Load(dir / "model");
-    ASSERT_TRUE(fast);
-    f.Run(*fast, kPrompt, 3);
-    EXPECT_LE(RelativeError(f.out.logits, ref), std::string(family) == "ouro" ? 2e-2 : 5e-2)
-        << family << " (bf16 activations)";
+// bf16 checkpoints against the f32 reference, at the tiny preset's depth and at Huginn-0125's
+// default depth (mean_recurrence 32). Which path runs depends on the CPU: with AVX-512 the
+// matmuls take bf16 activations (the fast default) or split them into hi + lo bf16 parts
+// (LoadOptions::split_bf16_activations, ~16 mantissa bits); without it oneDNN 2.6 has no bf16
+// matmul and the bf16 weights run exactly as f32, so both loads are the f32 path.
+// Tolerances, from the worst of three seeds measured (2026-12-01) with fathom and with the
+// reference emulating each path (every matmul input rounded to bf16, or split):
+//   loops  f32 path      split           bf16 activations
+//   3-4    7e-6 -> 1e-4  8e-5 -> 1e-3    3.3e-2 (Ouro < 1e-2) -> 5e-2
+//   32     4e-3 -> 1e-2  2.4e-2 -> 5e-2  10-55%: no elementwise tolerance holds
+// At 32 steps the random core is not contractive: it amplifies any rounding, even f32's
+// (4e-3 from the same weights in f32 with another summation order). A trained Huginn
+// converges to a fixed point, where this amplification is absent; there the fast path is
+// measured by quality (issue 17), not here. So at 32 loops the fast path is not asserted.
+struct Bf16Case {
+  const char* family;
+  int32_t loops;
+  double f32_path, split, fast;  // tolerances; fast < 0: not asserted
+};
+
+std::string Bf16Name(const ::testing::TestParamInfo<Bf16Case>& p) {
+  return std::string(p.param.family) + "_loops" + std::to_string(p.param.loops);
+}
+
+class LoopedBf16Test : public ::testing::TestWithParam<Bf16Case> {};
+
+TEST_P(LoopedBf16Test, LogitsWithinTheToleranceOfEachPath) {
+  const Bf16Case& c = GetParam();
+  TempDir dir;
+  testing::MakeTinyModel(c.family, dir / "model", DType::kBF16);
+  testing::RunReference(dir / "model", kPrompt, c.loops, dir.path());
+  const auto ref = ReadF32File(dir / "logits.f32");
+  LoadOptions accurate;
+  accurate.split_bf16_activations = true;
+  auto split = Model::Load(dir / "model", accurate);
+  ASSERT_TRUE(split.ok()) << split.status().message();
+  auto fast = Load(dir / "model");
+  ASSERT_TRUE(fast);
+  const bool bf16_compute = fast->weights().lm_head.compute_dtype() == DType::kBF16;
+  Fathom f;
+  f.Run(**split, kPrompt, c.loops);
+  EXPECT_LE(RelativeError(f.out.logits, ref), bf16_compute ? c.split : c.f32_path) << "split activations";
+  f.Run(*fast, kPrompt, c.loops);
+  const double tol = bf16_compute ? c.fast : c.f32_path;
+  if (tol >= 0) {
+    EXPECT_LE(RelativeError(f.out.logits, ref), tol) << "default (bf16 activations)";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Depths, LoopedBf16Test,
+                         ::testing::Values(Bf16Case{"ouro", 4, 1e-4, 1e-3, 2e-2},
+                                           Bf16Case{"huginn", 4, 1e-4, 1e-3, 5e-2},
+                                           Bf16Case{"huginn", 32, 1e-2, 5e-2, -1}),
+                         Bf16Name);
 
 }  // namespace
 }  // namespace fathom
