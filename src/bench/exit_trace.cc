@@ -22,8 +22,12 @@ Status AddRecord(const nlohmann::json& rec, const std::string& where, int32_t mi
     if (v < min_depth || v > r_max)
       return Status::Error(where + ": exit_depths[" + std::to_string(i) + "] = " + std::to_string(v) +
                            " is outside [" + std::to_string(min_depth) + ", " + std::to_string(r_max) +
-                           "] (r_max is this model's loop count; the engine's lookahead gate exits at depth 2 or more: "
-                           "record with `fathom generate --requests F --json`, which runs that gate)");
+                           "] (r_max is this model's loop count" +
+                           (v < min_depth && min_depth > 1
+                                ? "; the lookahead gate exits at depth " + std::to_string(min_depth) +
+                                      " or more: record the trace with --lookahead too, or replay it without"
+                                : std::string()) +
+                           ")");
     out->depths.push_back(static_cast<int32_t>(v));
   }
   ++out->records;

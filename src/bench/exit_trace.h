@@ -26,8 +26,9 @@ struct RecordedExitTrace {
 
 // Errors name the file, the line (and request index) and the field: unreadable file, a
 // line that is not JSON, a record without "exit_depths", a depth outside
-// [min_depth, r_max] (min_depth is 2 under the lookahead gate: a trace recorded without
-// it cannot be replayed with it), or no decode-token depths at all.
+// [min_depth, r_max], or no decode-token depths at all. min_depth is the replaying
+// engine's minimum exit depth (MinExitDepth: 1, or 2 under the lookahead gate), so a
+// trace recorded without the gate, which may hold depth 1, cannot be replayed with it.
 Result<RecordedExitTrace> LoadExitTrace(const std::string& path, int32_t min_depth, int32_t r_max);
 
 // Depths for the decode tokens of requests with these output lengths: request i takes the

@@ -35,7 +35,11 @@ struct EngineOptions {
   int32_t width = 8;             // W: decode tokens in flight (runner state slots)
   int32_t min_coda = 1;          // K (cdb-refill)
   int32_t flush_steps = 4;       // cdb-refill coda flush age, in steps
-  bool lookahead = true;         // exit decided after step r takes effect at r+2
+  // The lookahead gate (DESIGN.md §1): an exit decided after step r takes effect at r+2,
+  // so the minimum exit depth is 2 (MinExitDepth). Off by default: Step() executes each
+  // plan synchronously, so the gate would cost every signal exit one more core step and
+  // hide nothing. It is for an asynchronous backend that builds plan N+1 while plan N runs.
+  bool lookahead = false;
   int64_t prefill_budget = 256;  // prompt tokens per prefill step
   int32_t max_depth = 0;         // KV depth r_max; 0: the model's default loop count
   KvLayout layout = KvLayout::kLastExited;

@@ -11,7 +11,7 @@ Result<std::unique_ptr<ExitPolicy>> MakeExitPolicy(const ModelSpec& spec, const 
   if (!spec.loop.looped)
     return Status::Error("exit policy: model_type '" + spec.model_type + "' is not looped");
   const int32_t ahead = lookahead ? 1 : 0;
-  const int32_t min_depth = 1 + ahead;
+  const int32_t min_depth = MinExitDepth(lookahead);
   auto check_depth = [&](int32_t d, const std::string& what) -> Status {
     if (d < min_depth || d > loops)
       return Status::Error(what + ": depth " + std::to_string(d) + " outside [" +

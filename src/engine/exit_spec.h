@@ -32,6 +32,11 @@ struct ExitSpec {
   uint64_t seed = 0;
 };
 
+// The smallest exit depth the exit policies can give: 1, or 2 under the lookahead gate
+// (a decision read after step 1 takes effect at step 2). Replayed depths, seeded depths'
+// minimum and recorded traces are validated against it.
+constexpr int32_t MinExitDepth(bool lookahead) { return lookahead ? 2 : 1; }
+
 // Null for kNone. `lookahead`: decisions take effect one step later (replayed depths
 // account for it so the token exits at the depth asked for). Errors name the field.
 Result<std::unique_ptr<ExitPolicy>> MakeExitPolicy(const ModelSpec& spec, const ExitSpec& exit,

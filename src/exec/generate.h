@@ -38,7 +38,8 @@ struct GenerateOptions {
   // uses); when set it replaces exit_threshold / criterion.
   std::shared_ptr<ExitPolicy> exit_policy;
   // Lookahead gate: a decision read after step r takes effect at r+2 (the token runs step
-  // r+1 regardless), as the CDB schedulers do; the minimum exit depth becomes 2.
+  // r+1 regardless), as the CDB schedulers do when EngineOptions::lookahead is set; the
+  // minimum exit depth becomes 2. Off by default, as in the engine.
   bool exit_lookahead = false;
 };
 

@@ -28,8 +28,10 @@
 //                 one core step over every looping token; else the remaining coda.
 //
 // Exits: Update reads, per core item, whether the request's policy fired after that step.
-// With the lookahead gate a decision read after step r takes effect at r+2: the token runs
-// step r+1 regardless and then exits (minimum exit depth 2); without it, it exits at once.
+// Without the lookahead gate (the default) the token exits at once, after step r; with it
+// a decision read after step r takes effect at r+2: the token runs step r+1 regardless and
+// then exits (minimum exit depth 2), which lets an asynchronous executor build the next
+// batch while step r+1 runs.
 //
 // Memory: prefill admits a request only if its chunk fits in the free blocks beyond a
 // reserve for the running requests' next `reserve_tokens` tokens; when a prelude cannot
@@ -59,7 +61,7 @@ struct SchedConfig {
   int32_t width = 8;            // W: decode tokens in flight (state slots)
   int32_t min_coda = 1;         // K: minimum coda batch (refill)
   int32_t flush_steps = 4;      // refill: run the coda once its oldest token waited this long
-  bool lookahead = true;        // exit decided after step r takes effect at r+2
+  bool lookahead = false;       // exit decided after step r takes effect at r+2 (EngineOptions)
   int64_t prefill_budget = 256; // prompt tokens per prefill step
   int64_t reserve_tokens = 16;  // admission headroom per running request
   int64_t kv_blocks = 0;        // the KV pool

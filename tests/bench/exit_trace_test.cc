@@ -30,6 +30,11 @@ TEST(ExitTrace, ReadsBothGenerateFormatsAndDropsThePrefillToken) {
   EXPECT_EQ(t->depths, (std::vector<int32_t>{2, 3, 3}));
   EXPECT_EQ(t->records, 3);
   EXPECT_DOUBLE_EQ(t->mean(), 8.0 / 3);
+  // Without the lookahead gate (the engine's default) the minimum depth is 1.
+  Write(dir / "one.jsonl", "{\"exit_depths\": [4, 1, 2]}\n");
+  auto one = LoadExitTrace(dir / "one.jsonl", 1, 4);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ(one->depths, (std::vector<int32_t>{1, 2}));
 }
 
 TEST(ExitTrace, ErrorsNameTheFileLineAndField) {
@@ -43,7 +48,13 @@ TEST(ExitTrace, ErrorsNameTheFileLineAndField) {
   EXPECT_NE(error("{\"exit_depths\": [4, 2]}\n{oops\n").find("bad.jsonl line 2: malformed JSON"), std::string::npos);
   EXPECT_NE(error("{\"output_ids\": [1]}\n").find("line 1: no \"exit_depths\""), std::string::npos);
   EXPECT_NE(error("{\"exit_depths\": [4, 2, 5]}\n").find("exit_depths[2] = 5 is outside [2, 4]"), std::string::npos);
-  EXPECT_NE(error("{\"exit_depths\": [4, 1]}\n").find("exit_depths[1] = 1"), std::string::npos);
+  // Depth 1 is what the engine gives without the lookahead gate; replaying under the gate
+  // (minimum 2) cannot reproduce it, and the message says how to record a usable trace.
+  const std::string below = error("{\"exit_depths\": [4, 1]}\n");
+  EXPECT_NE(below.find("exit_depths[1] = 1 is outside [2, 4]"), std::string::npos) << below;
+  EXPECT_NE(below.find("record the trace with --lookahead"), std::string::npos) << below;
+  EXPECT_NE(error("{\"exit_depths\": [4, 0]}\n", 1).find("exit_depths[1] = 0 is outside [1, 4]"), std::string::npos);
+  EXPECT_EQ(error("{\"exit_depths\": [4, 0]}\n", 1).find("lookahead"), std::string::npos);
   EXPECT_NE(error("{\"exit_depths\": [4, \"x\"]}\n").find("exit_depths[1] is not an integer"), std::string::npos);
   EXPECT_NE(error("{\"requests\": [{\"exit_depths\": [4, 2]}, {}]}\n").find("line 1 requests[1]: no"),
             std::string::npos);

@@ -1,8 +1,9 @@
-// End-to-end: batched schedules (cb, cdb-norefill, cdb-refill with several K and W) give
-// every request exactly the tokens and exit depths of generating it alone (Generate, with
-// the same exit policy kind and the lookahead rule), on tiny dense, Ouro and Huginn
-// checkpoints, under the depth-indexed and last-exited layouts, with many concurrent
-// requests, and with a KV pool small enough to force preemptions.
+// End-to-end: batched schedules (cb, cdb-norefill, cdb-refill with several K and W, with
+// and without the lookahead gate) give every request exactly the tokens and exit depths
+// of generating it alone (Generate, with the same exit policy kind and the same gate), on
+// tiny dense, Ouro and Huginn checkpoints, under the depth-indexed and last-exited
+// layouts, with many concurrent requests, and with a KV pool small enough to force
+// preemptions.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -108,6 +109,7 @@ Expected Alone(const Model& m, const RequestSpec& r, KvLayout layout, bool looka
 struct Config {
   SchedMode mode;
   int32_t width, k;
+  bool lookahead = false;  // EngineOptions::lookahead (off by default); "alone" follows it
 };
 
 void RunAndCompare(const std::string& family, KvLayout layout, const Config& c, int n_requests,
@@ -117,6 +119,7 @@ void RunAndCompare(const std::string& family, KvLayout layout, const Config& c, 
   opt.mode = c.mode;
   opt.width = c.width;
   opt.min_coda = c.k;
+  opt.lookahead = c.lookahead;
   opt.layout = layout;
   opt.prefill_budget = 16;
   opt.kv_bytes = kv_bytes;
@@ -169,7 +172,8 @@ TEST_P(EquivalenceTest, EverySchedulerMatchesGeneratingAlone) {
   const auto& [family, layout] = GetParam();
   for (const Config& c : {Config{SchedMode::kCb, 4, 1}, Config{SchedMode::kCdbNoRefill, 4, 1},
                           Config{SchedMode::kCdbRefill, 4, 1}, Config{SchedMode::kCdbRefill, 8, 3},
-                          Config{SchedMode::kCdbRefill, 3, 2}})
+                          Config{SchedMode::kCdbRefill, 3, 2}, Config{SchedMode::kCdbNoRefill, 4, 1, true},
+                          Config{SchedMode::kCdbRefill, 3, 2, true}})
     RunAndCompare(family, layout, c, 12, 0, false);
 }
 
@@ -287,17 +291,34 @@ TEST(Cli, GenerateRequestsMatchesSingleRequestGeneration) {
                "{\"id\": \"r3\", \"prompt_ids\": [7], \"max_tokens\": 4, \"exit_trace\": [2, 3]}\n", f);
     std::fclose(f);
   }
-  for (const char* sched : {"cb", "cdb-norefill", "cdb-refill"}) {
+  // r2 (a threshold exit) generated alone, with the default (no lookahead gate) and with
+  // --lookahead: the same flag gives the same exit depths on both paths.
+  std::map<bool, nlohmann::json> alone_r2;
+  for (bool lookahead : {false, true}) {
+    const auto one = testing::RunCommand(testing::FathomBinary() + " generate --model " + (dir / "model") +
+                                         " --prompt-ids 4,5 --max-tokens 5 --exit-threshold 0.5 --threads 1 --json" +
+                                         (lookahead ? " --lookahead" : ""));
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    alone_r2[lookahead] = nlohmann::json::parse(one.output);
+  }
+  // The threshold does exit early here, so the gate changes the depths (else this checks nothing).
+  EXPECT_NE(alone_r2[false]["exit_depths"], alone_r2[true]["exit_depths"]);
+  for (const std::string sched : {"cb", "cdb-norefill", "cdb-refill", "cdb-refill --lookahead"}) {
     const auto res = testing::RunCommand(testing::FathomBinary() + " generate --model " + (dir / "model") +
                                          " --requests " + (dir / "req.jsonl") + " --scheduler " + sched +
                                          " --k 2 --width 2 --threads 1 --json");
     ASSERT_EQ(res.exit_code, 0) << res.output;
     const auto j = nlohmann::json::parse(res.output);
+    if (sched != "cb") {
+      const bool lookahead = sched.find("--lookahead") != std::string::npos;
+      EXPECT_EQ(j["requests"][1]["exit_depths"], alone_r2[lookahead]["exit_depths"]) << sched;
+      EXPECT_EQ(j["requests"][1]["output_ids"], alone_r2[lookahead]["output_ids"]) << sched;
+    }
     ASSERT_EQ(j["requests"].size(), 3u);
     EXPECT_EQ(j["requests"][0]["id"], "r1");
     EXPECT_EQ(j["requests"][0]["output_ids"].size(), 6u);
     EXPECT_EQ(j["requests"][2]["exit_depths"],
-              nlohmann::json(std::string(sched) == "cb" ? std::vector<int>{4, 4, 4, 4} : std::vector<int>{4, 2, 3, 3}));
+              nlohmann::json(sched == "cb" ? std::vector<int>{4, 4, 4, 4} : std::vector<int>{4, 2, 3, 3}));
     EXPECT_TRUE(j["summary"].contains("scheduler_time_share"));
     EXPECT_TRUE(j["summary"].contains("mean_batch_size"));
     // r1 (no exits) equals single-request generation.

@@ -79,8 +79,11 @@ class AllModes : public ::testing::TestWithParam<SchedMode> {};
 
 TEST_P(AllModes, RandomWorkloadKeepsInvariantsAndFinishesEverything) {
   std::mt19937 rng(7);
-  for (int64_t blocks : {1000, 24}) {
-    Scheduler s(Config(GetParam(), 4, 2, blocks));
+  for (int64_t blocks : {1000, 24})
+  for (bool lookahead : {false, true}) {
+    SchedConfig c = Config(GetParam(), 4, 2, blocks);
+    c.lookahead = lookahead;
+    Scheduler s(c);
     FakeRunner f;
     f.exit_after = [](RequestId r, int64_t pos, int32_t steps) { return (r + pos + steps) % 3 == 0; };
     std::vector<RequestId> ids;
@@ -96,7 +99,7 @@ TEST_P(AllModes, RandomWorkloadKeepsInvariantsAndFinishesEverything) {
         EXPECT_EQ(r.tokens[t], TokenAt(id, r.spec.prompt_len + static_cast<int64_t>(t)));
       EXPECT_EQ(r.depths[0], 4);
       for (size_t t = 1; t < r.depths.size(); ++t) {
-        EXPECT_GE(r.depths[t], GetParam() == SchedMode::kCb ? 4 : 2);
+        EXPECT_GE(r.depths[t], GetParam() == SchedMode::kCb ? 4 : lookahead ? 2 : 1);
         EXPECT_LE(r.depths[t], 4);
       }
     }
@@ -143,13 +146,19 @@ TEST(Scheduler, LookaheadDecisionAtStepRTakesEffectAtRPlus2) {
     EXPECT_EQ(core_steps, lookahead ? std::vector<int32_t>({0, 1, 2}) : std::vector<int32_t>({0, 1}));
     EXPECT_EQ(s.request(0).depths, std::vector<int32_t>({6, lookahead ? 3 : 2}));
   }
-  // Earliest decision (after step 1) gives the minimum exit depth 2 under lookahead.
-  Scheduler s(Config(SchedMode::kCdbRefill));
-  ASSERT_TRUE(s.AddRequest(Req(3, 3, 6)).ok());
-  FakeRunner f;
-  f.exit_after = [](RequestId, int64_t, int32_t) { return true; };
-  Drive(s, f);
-  EXPECT_EQ(s.request(0).depths, std::vector<int32_t>({6, 2, 2}));
+  // Earliest decision (after step 1) gives the minimum exit depth: 2 under lookahead, 1
+  // without it (the default).
+  EXPECT_FALSE(SchedConfig().lookahead);
+  for (bool lookahead : {true, false}) {
+    SchedConfig c = Config(SchedMode::kCdbRefill);
+    c.lookahead = lookahead;
+    Scheduler s(c);
+    ASSERT_TRUE(s.AddRequest(Req(3, 3, 6)).ok());
+    FakeRunner f;
+    f.exit_after = [](RequestId, int64_t, int32_t) { return true; };
+    Drive(s, f);
+    EXPECT_EQ(s.request(0).depths, lookahead ? std::vector<int32_t>({6, 2, 2}) : std::vector<int32_t>({6, 1, 1}));
+  }
 }
 
 TEST(Scheduler, RefillPriorityOrder) {
@@ -210,7 +219,7 @@ TEST(Scheduler, MinCodaBatchWaitsForKThenFlushes) {
 TEST(Scheduler, NoRefillCohortShrinksAndRunsOneCoda) {
   Scheduler s(Config(SchedMode::kCdbNoRefill, 4));
   FakeRunner f;
-  f.exit_after = [](RequestId r, int64_t, int32_t steps) { return steps >= 1 + r; };  // depths 2,3,4,4
+  f.exit_after = [](RequestId r, int64_t, int32_t steps) { return steps >= 1 + r; };  // depths 1,2,3,4
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(s.AddRequest(Req(2, 2, 4)).ok());
   Drive(s, f);
   std::vector<size_t> core_sizes;
@@ -220,11 +229,11 @@ TEST(Scheduler, NoRefillCohortShrinksAndRunsOneCoda) {
     codas += p.stage == Stage::kCoda;
     preludes += p.stage == Stage::kPrelude;
   }
-  EXPECT_EQ(core_sizes, std::vector<size_t>({4, 4, 3, 2}));
+  EXPECT_EQ(core_sizes, std::vector<size_t>({4, 3, 2, 1}));
   EXPECT_EQ(codas, 1);
   EXPECT_EQ(preludes, 1);
-  EXPECT_EQ(s.request(0).depths[1], 2);
-  EXPECT_EQ(s.request(1).depths[1], 3);
+  EXPECT_EQ(s.request(0).depths[1], 1);
+  EXPECT_EQ(s.request(1).depths[1], 2);
   EXPECT_EQ(s.request(3).depths[1], 4);
 }
 
@@ -257,10 +266,10 @@ TEST(Scheduler, PreemptsNewestAndResumesWithIdenticalOutput) {
   for (const TokenEvent& e : ev) streamed[e.req].push_back(e.token);
   for (RequestId r = 0; r < 2; ++r) {
     EXPECT_EQ(streamed[r], s.request(r).tokens);
-    std::vector<int32_t> depths_alone;  // depth of token t: (r + pos) even -> 3 (lookahead), else 4
+    std::vector<int32_t> depths_alone;  // depth of token t: (r + pos) even -> 2, else 4
     for (int64_t t = 0; t < 10; ++t) {
       const int64_t pos = 4 + t - 1;
-      depths_alone.push_back(t == 0 ? 4 : ((r + pos) % 2 == 0 ? 3 : 4));
+      depths_alone.push_back(t == 0 ? 4 : ((r + pos) % 2 == 0 ? 2 : 4));
     }
     EXPECT_EQ(s.request(r).depths, depths_alone);
   }

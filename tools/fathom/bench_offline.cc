@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "exec/generate.h"
 #include "flags.h"
+#include "lookahead_flag.h"
 
 namespace fathom::cli {
 namespace {
@@ -64,16 +65,16 @@ int RunBenchOffline(const std::vector<std::string>& args) {
   const std::string cmd = "bench offline";
   std::string model_dir, workload_name = "alpaca", sched_text = "cb,cdb-norefill,cdb-refill",
                          layout_name = "last-exited", dataset, tokenizer_dir, exit_trace;
-  int64_t n = 32, k = 1, width = 8, min_depth = 2, max_depth = 0, seed = 0, threads = 1, budget = 256,
+  int64_t n = 32, k = 1, width = 8, min_depth = 0, max_depth = 0, seed = 0, threads = 1, budget = 256,
           kv_mb = 0, flush = 4, repeat = 1;
   double mean_depth = 0;
-  bool json = false, no_control = false, quiet = false;
+  bool json = false, no_control = false, quiet = false, lookahead = false;
   FlagSet flags(
       "fathom " + cmd,
       "fathom bench offline --model DIR [--workload alpaca|sharegpt|arxiv] [--requests N] [--dataset FILE]\n"
       "                     [--schedulers cb,cdb-norefill,cdb-refill] [--k K] [--width W]\n"
-      "                     [--layout L] [--mean-depth D] [--min-depth 2] [--exit-trace FILE] [--repeat R]\n"
-      "                     [--no-control] [--json]",
+      "                     [--layout L] [--mean-depth D] [--min-depth D] [--exit-trace FILE] [--repeat R]\n"
+      "                     [--lookahead] [--no-control] [--json]",
       "Queues N synthetic requests of the workload (seeded prompt and output lengths; output\n"
       "lengths replayed: max_tokens = reference length, no EOS stop) at t = 0 and runs them\n"
       "under each scheduler (CB always runs: it is the baseline). Every generated token exits\n"
@@ -99,7 +100,8 @@ int RunBenchOffline(const std::vector<std::string>& args) {
   flags.Int("--width", &width, "decode width W (default 8)", 1, 1 << 16);
   flags.String("--layout", &layout_name, "KV layout (default last-exited)");
   flags.Double("--mean-depth", &mean_depth, "mean exit depth d (default (min-depth + r_max) / 2)", 1, 4096);
-  flags.Int("--min-depth", &min_depth, "minimum exit depth (default 2: the lookahead gate's)", 1, 4096);
+  flags.Int("--min-depth", &min_depth, MinDepthHelp(), 1, 4096);
+  DeclareLookahead(flags, &lookahead);
   flags.String("--exit-trace", &exit_trace, "replay the exit depths `fathom generate --json` recorded on a real\n"
                "checkpoint (instead of seeded random depths; see bench/exit_trace.h)");
   flags.Int("--max-depth", &max_depth, "r_max (default: the model's loop count)", 1, 4096);
@@ -137,6 +139,7 @@ int RunBenchOffline(const std::vector<std::string>& args) {
   if (!spec.loop.looped) return Fail(cmd, "--model: '" + model_dir + "' is not a looped model", 2);
   auto r_max = ResolveLoops(spec, static_cast<int32_t>(max_depth));
   if (!r_max.ok()) return Fail(cmd, "--max-depth: " + r_max.status().message(), 2);
+  if (std::string e = ResolveMinDepth(flags, lookahead, &min_depth); !e.empty()) return Fail(cmd, e, 2);
   if (min_depth > *r_max) return Fail(cmd, "--min-depth: above r_max " + std::to_string(*r_max), 2);
   if (!flags.Seen("--mean-depth")) mean_depth = 0.5 * static_cast<double>(min_depth + *r_max);
   if (mean_depth < static_cast<double>(min_depth) || mean_depth > *r_max)
@@ -145,7 +148,7 @@ int RunBenchOffline(const std::vector<std::string>& args) {
     return Fail(cmd, "--exit-trace replays recorded depths: it cannot be combined with --mean-depth or --min-depth", 2);
 
   auto built = MakeBenchRequests({*workload, dataset, tokenizer_dir, model_dir, n, static_cast<uint64_t>(seed),
-                                  exit_trace, *r_max},
+                                  exit_trace, *r_max, lookahead},
                                  spec, {mean_depth, static_cast<int32_t>(min_depth), static_cast<uint64_t>(seed), {}});
   if (!built.ok()) return Fail(cmd, built.status().message(), 1);
   if (!exit_trace.empty()) mean_depth = built->trace_mean;
@@ -161,6 +164,7 @@ int RunBenchOffline(const std::vector<std::string>& args) {
   opt.max_depth = *r_max;
   opt.layout = *layout;
   opt.kv_bytes = static_cast<size_t>(kv_mb) << 20;
+  opt.lookahead = lookahead;
 
   const size_t runs = modes.size() * (no_control ? 1 : 2) * static_cast<size_t>(repeat);
   size_t run_i = 0;

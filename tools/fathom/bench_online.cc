@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "exec/generate.h"
 #include "flags.h"
+#include "lookahead_flag.h"
 
 namespace fathom::cli {
 namespace {
@@ -24,9 +25,9 @@ namespace {
 // Flags shared by online and k-sweep.
 struct Common {
   std::string model_dir, workload = "alpaca", layout = "last-exited", dataset, tokenizer_dir, exit_trace;
-  int64_t n = 32, k = 1, width = 8, min_depth = 2, max_depth = 0, seed = 0, threads = 1, budget = 256;
+  int64_t n = 32, k = 1, width = 8, min_depth = 0, max_depth = 0, seed = 0, threads = 1, budget = 256;
   double mean_depth = 0;
-  bool json = false, quiet = false;
+  bool json = false, quiet = false, lookahead = false;
   void Declare(FlagSet& f) {
     f.String("--model", &model_dir, "Hugging Face model directory of a looped model");
     f.String("--workload", &workload, "alpaca (default), sharegpt or arxiv");
@@ -37,7 +38,8 @@ struct Common {
     f.Int("--width", &width, "decode width W (default 8)", 1, 1 << 16);
     f.String("--layout", &layout, "KV layout (default last-exited)");
     f.Double("--mean-depth", &mean_depth, "mean exit depth (default (min-depth + r_max) / 2)", 1, 4096);
-    f.Int("--min-depth", &min_depth, "minimum exit depth (default 2)", 1, 4096);
+    f.Int("--min-depth", &min_depth, MinDepthHelp(), 1, 4096);
+    DeclareLookahead(f, &lookahead);
     f.String("--exit-trace", &exit_trace, "replay the exit depths `fathom generate --json` recorded on a real\n"
              "checkpoint (instead of seeded random depths)");
     f.Int("--max-depth", &max_depth, "r_max (default: the model's loop count)", 1, 4096);
@@ -67,6 +69,7 @@ Result<Setup> Prepare(Common& c, const FlagSet& flags) {
   const ModelSpec& spec = s.model->spec();
   if (!spec.loop.looped) return Status::Error("--model: not a looped model");
   FATHOM_ASSIGN_OR_RETURN(s.r_max, ResolveLoops(spec, static_cast<int32_t>(c.max_depth)));
+  if (std::string e = ResolveMinDepth(flags, c.lookahead, &c.min_depth); !e.empty()) return Status::Error(e);
   if (!flags.Seen("--mean-depth")) c.mean_depth = 0.5 * static_cast<double>(c.min_depth + s.r_max);
   if (c.mean_depth < static_cast<double>(c.min_depth) || c.mean_depth > s.r_max)
     return Status::Error("--mean-depth: outside [--min-depth, r_max]");
@@ -74,7 +77,7 @@ Result<Setup> Prepare(Common& c, const FlagSet& flags) {
     return Status::Error("--exit-trace replays recorded depths: it cannot be combined with --mean-depth or --min-depth");
   const auto seed = static_cast<uint64_t>(c.seed);
   FATHOM_ASSIGN_OR_RETURN(BenchRequests built,
-                          MakeBenchRequests({w, c.dataset, c.tokenizer_dir, c.model_dir, c.n, seed, c.exit_trace, s.r_max},
+                          MakeBenchRequests({w, c.dataset, c.tokenizer_dir, c.model_dir, c.n, seed, c.exit_trace, s.r_max, c.lookahead},
                                             spec, {c.mean_depth, static_cast<int32_t>(c.min_depth), seed, {}}));
   if (!c.exit_trace.empty()) c.mean_depth = built.trace_mean;
   s.reqs = std::move(built.reqs);
@@ -83,6 +86,7 @@ Result<Setup> Prepare(Common& c, const FlagSet& flags) {
   s.opt.prefill_budget = c.budget;
   s.opt.max_depth = s.r_max;
   s.opt.layout = *layout;
+  s.opt.lookahead = c.lookahead;
   // Warm-up, discarded.
   std::vector<RequestSpec> warm(s.reqs.begin(), s.reqs.begin() + std::min<int64_t>(c.n, 4));
   for (RequestSpec& r : warm) r.max_tokens = std::min(r.max_tokens, 8);

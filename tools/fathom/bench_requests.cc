@@ -14,8 +14,8 @@ Result<BenchRequests> MakeBenchRequests(const BenchRequestSource& src, const Mod
   bench::ExitTraceOptions exits = random_exits;
   out.exits = "seeded random depths";
   if (!src.exit_trace.empty()) {
-    // 2: the lookahead gate's minimum depth, which the engine's schedulers use.
-    auto trace = bench::LoadExitTrace(src.exit_trace, 2, src.r_max);
+    // The engine's minimum exit depth: a depth it cannot replay is an error, not clamped.
+    auto trace = bench::LoadExitTrace(src.exit_trace, MinExitDepth(src.lookahead), src.r_max);
     if (!trace.ok()) return trace.status().WithContext("--exit-trace");
     exits.recorded = std::move(*trace);
     out.trace_mean = exits.recorded.mean();

@@ -25,6 +25,7 @@ struct BenchRequestSource {
   uint64_t seed = 0;
   std::string exit_trace;  // --exit-trace FILE (bench/exit_trace.h); empty: seeded random depths
   int32_t r_max = 0;       // the loop count the trace's depths must fit
+  bool lookahead = false;  // the engine's lookahead gate: a trace's depths must be >= MinExitDepth
 };
 
 struct BenchRequests {

@@ -27,6 +27,7 @@
 #include "commands.h"
 #include "engine/engine.h"
 #include "flags.h"
+#include "lookahead_flag.h"
 #include "model/model.h"
 #include "serve/engine_loop.h"
 #include "serve/http_server.h"
@@ -224,12 +225,12 @@ int RunBenchServe(const std::vector<std::string>& args) {
   int64_t n = 64, width = 8, k = 1, threads = 1, seed = 0, budget = 256, timeout_s = 1800,
           max_depth = 0;
   double rate = 0, exit_threshold = -1;
-  bool stream = false, json_out = false, quiet = false;
+  bool stream = false, json_out = false, quiet = false, lookahead = false;
   FlagSet flags(
       "fathom " + cmd,
       "fathom bench serve --model DIR [--workload alpaca|sharegpt] [--requests N] [--rate R]\n"
       "                   [--scheduler cdb-refill] [--width W] [--k K] [--threads 1] [--stream]\n"
-      "                   [--exit-threshold X] [--seed S] [--timeout S] [--json] [--quiet]",
+      "                   [--exit-threshold X] [--lookahead] [--seed S] [--timeout S] [--json] [--quiet]",
       "The serving benchmark: N synthetic requests (token-id prompts, replayed output lengths)\n"
       "run offline (the engine alone, all queued at t = 0) and then through the HTTP server\n"
       "(in this process, on 127.0.0.1, any free port), sent by one client thread per request as\n"
@@ -266,6 +267,7 @@ int RunBenchServe(const std::vector<std::string>& args) {
   flags.Double("--exit-threshold", &exit_threshold,
                "the extension 'exit_threshold' on every request, offline too (default: no exits)",
                0, 1e9);
+  DeclareLookahead(flags, &lookahead);
   flags.Int("--seed", &seed, "workload and arrival seed (default 0)", 0, INT64_MAX);
   flags.Int("--timeout", &timeout_s, "overall deadline of the server run in seconds (default 1800)",
             1, 1 << 24);
@@ -308,6 +310,7 @@ int RunBenchServe(const std::vector<std::string>& args) {
   opt.prefill_budget = budget;
   opt.layout = *layout;
   opt.max_depth = static_cast<int32_t>(max_depth);
+  opt.lookahead = lookahead;
   // The server's limits, as `fathom serve` computes them (the engine resolves max_depth).
   serve::ModelLimits limits;
   {

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "exec/generate.h"
 #include "flags.h"
+#include "lookahead_flag.h"
 
 namespace fathom::cli {
 
@@ -41,11 +42,11 @@ int RunGenerate(const std::vector<std::string>& args) {
   std::string model_dir, prompt_text, init = "zero", criterion = "auto";
   int64_t max_tokens = 16, loops = 0, top_k = 0, seed = 0, threads = 0;
   double exit_threshold = -1, temperature = 0, top_p = 1;
-  bool json = false, ignore_eos = false;
+  bool json = false, ignore_eos = false, lookahead = false;
   FlagSet flags(
       "fathom generate",
       "fathom generate --model DIR --prompt-ids 1,2,3 --max-tokens N [--loops R | --exit-threshold Q]\n"
-      "                [--temperature T --top-p P --top-k K --seed S] [--json]",
+      "                [--temperature T --top-p P --top-k K --seed S] [--lookahead] [--json]",
       "Generates tokens from a prompt and prints the ids, decode tokens/s and, for looped\n"
       "models, the exit depth (loop steps run) of every generated token. Prompt tokens run\n"
       "every loop step; each decode token leaves the loop where its exit policy says, and\n"
@@ -57,6 +58,7 @@ int RunGenerate(const std::vector<std::string>& args) {
   flags.Double("--exit-threshold", &exit_threshold,
                "exit early: Ouro cumulative exit probability q, Huginn latent change (or KL)", 0, 1e9);
   flags.String("--exit-criterion", &criterion, "auto (default), hazard, latent-diff or kl");
+  DeclareLookahead(flags, &lookahead);
   flags.Double("--temperature", &temperature, "sampling temperature; 0 = greedy (default)", 0, 100);
   flags.Double("--top-p", &top_p, "nucleus sampling mass (default 1 = off)", 1e-6, 1);
   flags.Int("--top-k", &top_k, "keep the k most likely tokens (default 0 = off)", 0, 1 << 30);
@@ -85,6 +87,7 @@ int RunGenerate(const std::vector<std::string>& args) {
   opt.loops = static_cast<int32_t>(loops);
   if (flags.Seen("--exit-threshold")) opt.exit_threshold = exit_threshold;
   opt.criterion = *crit;
+  opt.exit_lookahead = lookahead;
   opt.sampling = {static_cast<float>(temperature), static_cast<int32_t>(top_k),
                   static_cast<float>(top_p)};
   opt.seed = static_cast<uint64_t>(seed);

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "flags.h"
+#include "lookahead_flag.h"
 
 namespace fathom::cli {
 namespace {
@@ -150,11 +151,11 @@ Result<std::vector<RequestSpec>> ParseRequests(const std::string& text) {
 int RunGenerateRequests(const std::vector<std::string>& args) {
   std::string model_dir, path, sched = "cdb-refill", layout_name = "last-exited";
   int64_t k = 1, width = 8, kv_memory = 0, threads = 0, budget = 256, max_depth = 0, flush = 4;
-  bool json_out = false, same_step = false;
+  bool json_out = false, lookahead = false;
   FlagSet flags(
       "fathom generate",
       "fathom generate --model DIR --requests FILE [--scheduler cb|cdb-norefill|cdb-refill]\n"
-      "                [--layout NAME] [--k K] [--width W] [--kv-memory BYTES] [--json]",
+      "                [--layout NAME] [--k K] [--width W] [--kv-memory BYTES] [--lookahead] [--json]",
       "Runs every request of FILE (one JSON object per line, e.g. {\"id\": \"r1\", \"prompt_ids\":\n"
       "[1, 2, 3], \"max_tokens\": 16, \"temperature\": 0, \"loops\": 4} or \"exit_threshold\": 0.5)\n"
       "through the batched engine and prints each request's output and exit depths, then a\n"
@@ -170,7 +171,7 @@ int RunGenerateRequests(const std::vector<std::string>& args) {
   flags.Int("--prefill-budget", &budget, "prompt tokens per prefill step (default 256)", 1, 1 << 24);
   flags.Int("--flush-steps", &flush, "cdb-refill: coda flush age in steps (default 4)", 1, 1 << 20);
   flags.Int("--max-depth", &max_depth, "KV depth r_max (default: the largest loops of any request)", 1, 4096);
-  flags.Bool("--same-step-exit", &same_step, "exit right after the deciding step (no lookahead gate)");
+  DeclareLookahead(flags, &lookahead);
   flags.Int("--threads", &threads, "worker threads (default: all cores)", 1, 1024);
   flags.Bool("--json", &json_out, "print one JSON object");
   for (const char* r : {"--model", "--requests"}) flags.Require(r);
@@ -199,7 +200,7 @@ int RunGenerateRequests(const std::vector<std::string>& args) {
   opt.width = static_cast<int32_t>(width);
   opt.min_coda = static_cast<int32_t>(k);
   opt.flush_steps = static_cast<int32_t>(flush);
-  opt.lookahead = !same_step;
+  opt.lookahead = lookahead;
   opt.prefill_budget = budget;
   opt.layout = *layout;
   opt.kv_bytes = static_cast<size_t>(kv_memory);

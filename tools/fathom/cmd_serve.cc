@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "engine/engine.h"
 #include "flags.h"
+#include "lookahead_flag.h"
 #include "model/model.h"
 #include "serve/engine_loop.h"
 #include "serve/http_server.h"
@@ -25,11 +26,12 @@ int RunServe(const std::vector<std::string>& args) {
   std::string model_dir, host = "127.0.0.1", api_key, served_name, sched = "cdb-refill", layout_name = "last-exited";
   int64_t port = 8000, width = 8, k = 1, max_pending = 256, threads = 0, http_threads = 64, kv_mb = 0;
   int64_t budget = 256, max_depth = 0, heartbeat_ms = 1000, max_body_mb = 8;
+  bool lookahead = false;
   FlagSet flags(
       "fathom serve",
       "fathom serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--served-model-name NAME]\n"
       "             [--scheduler cb|cdb-norefill|cdb-refill] [--width W] [--k K] [--max-pending N]\n"
-      "             [--threads N] [--http-threads N] [--kv-mb N]",
+      "             [--threads N] [--http-threads N] [--kv-mb N] [--lookahead]",
       "Serves the model over an OpenAI-compatible HTTP API: POST /v1/completions and\n"
       "/v1/chat/completions (\"stream\": true for server-sent events), GET /v1/models, /health and\n"
       "/metrics (Prometheus). Extensions per request: \"exit_threshold\" (the model's exit signal),\n"
@@ -47,6 +49,7 @@ int RunServe(const std::vector<std::string>& args) {
   flags.Int("--prefill-budget", &budget, "prompt tokens per prefill step (default 256)", 1, 1 << 24);
   flags.Int("--max-depth", &max_depth, "KV depth r_max (default: the model's loop count)", 1, 4096);
   flags.Int("--kv-mb", &kv_mb, "KV pool in MiB (default: 4096 blocks)", 1, 1 << 24);
+  DeclareLookahead(flags, &lookahead);
   flags.Int("--max-pending", &max_pending, "requests queued or running before 429 (default 256)", 1, 1 << 24);
   flags.Int("--threads", &threads, "compute threads (default: all cores)", 1, 1024);
   flags.Int("--http-threads", &http_threads, "HTTP worker threads; each open stream holds one (default 64)", 1,
@@ -98,6 +101,7 @@ int RunServe(const std::vector<std::string>& args) {
   opt.layout = *layout;
   opt.max_depth = static_cast<int32_t>(max_depth);
   opt.kv_bytes = static_cast<size_t>(kv_mb) << 20;
+  opt.lookahead = lookahead;
   auto engine = Engine::Create(**model, opt);
   if (!engine.ok()) return Fail("serve", engine.status().message(), 1);
   const serve::ModelLimits limits = serve::LimitsOf(**model, **engine);
