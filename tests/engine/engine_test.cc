@@ -1,12 +1,13 @@
 // End-to-end: batched schedules (cb, cdb-norefill, cdb-refill with several K and W, with
 // and without the lookahead gate) give every request exactly the tokens and exit depths
 // of generating it alone (Generate, with the same exit policy kind and the same gate), on
-// tiny dense, Ouro and Huginn checkpoints, under the depth-indexed and last-exited
+// tiny dense, Ouro and Huginn checkpoints, under the depth-indexed, last-exited and hybrid
 // layouts, with many concurrent requests, and with a KV pool small enough to force
 // preemptions.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <cstdio>
@@ -16,6 +17,7 @@
 
 #include "engine/engine.h"
 #include "exec/generate.h"
+#include "exec/kv_setup.h"
 #include "model/test_util.h"
 
 namespace fathom {
@@ -185,18 +187,27 @@ TEST_P(EquivalenceTest, FiftyConcurrentRequests) {
 TEST_P(EquivalenceTest, PreemptionUnderASmallKvPoolKeepsOutputs) {
   const auto& [family, layout] = GetParam();
   const Model& m = TinyModel(family);
-  // Blocks of 4 rows; room for the longest request (22 positions) and a little more.
+  // Blocks of 4 rows: room for the workload's request that needs the most KV under this
+  // layout (the KV manager's own count; hybrid stores decode tokens in one core slot per
+  // layer, so it needs less than the depth-indexed layouts) and a third more, so that
+  // concurrent requests must preempt.
+  auto kv = MakeKvManager(m.spec(), m.spec().loop.looped ? 4 : 1, layout, 1, 1, 4);
+  ASSERT_TRUE(kv.ok()) << kv.status().message();
+  int64_t most = 0;
+  for (const RequestSpec& r : Workload(m.spec(), 24, 3)) {
+    const auto n = static_cast<int64_t>(r.prompt.size());
+    most = std::max(most, (*kv)->BlocksFor(n, n + r.max_tokens - 1));
+  }
   const size_t block_bytes = 4 * 2 * static_cast<size_t>(m.spec().kv_dim()) * 4;
-  const int64_t layers_per_token = m.spec().loop.looped ? m.spec().n_prelude + 4 * m.spec().n_core + m.spec().n_coda
-                                                        : m.spec().n_prelude;
-  const size_t bytes = block_bytes * static_cast<size_t>(layers_per_token) * 8;
+  const size_t bytes = block_bytes * static_cast<size_t>(most * 4 / 3);
   for (SchedMode mode : {SchedMode::kCdbRefill, SchedMode::kCdbNoRefill, SchedMode::kCb})
     RunAndCompare(family, layout, {mode, 8, 2}, 24, bytes, true, 3, 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Looped, EquivalenceTest,
                          ::testing::Combine(::testing::Values("ouro", "huginn"),
-                                            ::testing::Values(KvLayout::kDepthIndexed, KvLayout::kLastExited)),
+                                            ::testing::Values(KvLayout::kDepthIndexed, KvLayout::kLastExited,
+                                                              KvLayout::kHybrid)),
                          ParamName);
 INSTANTIATE_TEST_SUITE_P(Dense, EquivalenceTest,
                          ::testing::Combine(::testing::Values("llama"), ::testing::Values(KvLayout::kDepthIndexed)),
