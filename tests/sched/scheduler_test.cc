@@ -2,9 +2,11 @@
 // of (request, position, step), so every property is checked without a model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 
 #include "sched/scheduler.h"
 
@@ -235,6 +237,150 @@ TEST(Scheduler, NoRefillCohortShrinksAndRunsOneCoda) {
   EXPECT_EQ(s.request(0).depths[1], 1);
   EXPECT_EQ(s.request(1).depths[1], 2);
   EXPECT_EQ(s.request(3).depths[1], 4);
+}
+
+// The exit depth of the token at `pos` of request `req`, by the rule of scheduler.h: the
+// first step s after which exit_after fires, plus one step under the lookahead gate, at
+// most `loops` (no decision: `loops`). Computed from the script, not by the scheduler.
+int32_t ScriptedDepth(const FakeRunner& f, RequestId req, int64_t pos, int32_t loops, bool lookahead) {
+  for (int32_t s = 1; s <= loops; ++s)
+    if (f.exit_after(req, pos, s)) return std::min(loops, s + (lookahead ? 1 : 0));
+  return loops;
+}
+
+// DESIGN.md §2's central claim, counted on plain plans. A workload of many more requests
+// than slots, with exits at depths 1..4 varying by request and position, runs to the end
+// while the test keeps its own account from the workload and the plans' items alone
+// (each request's tokens emitted against its max_tokens, each token's scripted depth and
+// the core steps it has run):
+//   cdb-refill    every core step carries min(W, requests not finished) rows minus the
+//                 exited tokens holding a slot while they wait for the coda (none with
+//                 K = 1): W until the drain at the end, because freed slots are refilled;
+//   cdb-norefill  the core step s of a cohort carries the cohort's tokens deeper than s:
+//                 the batch shrinks as tokens exit and is refilled only between cohorts.
+struct CoreBatchAccount {
+  int64_t core_steps = 0, rows = 0, full_steps = 0, shrinking_cohorts = 0;
+  std::set<int32_t> depths;
+};
+
+CoreBatchAccount RunCoreBatchWorkload(SchedMode mode, int32_t k, bool lookahead) {
+  constexpr int32_t kW = 4, kLoops = 4, kRequests = 24;
+  SchedConfig c = Config(mode, kW, k);  // 1000 blocks: no request ever waits for KV
+  c.lookahead = lookahead;
+  Scheduler s(c);
+  FakeRunner f;
+  f.exit_after = [](RequestId r, int64_t pos, int32_t steps) { return steps >= 1 + (r * 3 + pos) % kLoops; };
+  std::vector<int32_t> max_tokens;
+  for (int i = 0; i < kRequests; ++i) {
+    max_tokens.push_back(2 + (i * 5) % 7);
+    EXPECT_TRUE(s.AddRequest(Req(2 + i % 5, max_tokens.back(), kLoops)).ok());
+  }
+  std::vector<int32_t> emitted(kRequests, 0), depth(kRequests, 0), ran(kRequests, 0);
+  std::vector<bool> waits_for_coda(kRequests, false);
+  int64_t unfinished = kRequests, want_rows = 0;
+  std::vector<int32_t> cohort;  // norefill: depths of the current cohort's tokens
+  int32_t cohort_step = 0;
+  const auto emit = [&](RequestId r) {
+    if (++emitted[static_cast<size_t>(r)] == max_tokens[static_cast<size_t>(r)]) --unfinished;
+  };
+  CoreBatchAccount a;
+  std::vector<TokenEvent> ev;
+  Plan p;
+  for (int i = 0; i < 100000 && s.HasWork(); ++i) {
+    s.Schedule(&p);
+    switch (p.stage) {
+      case Stage::kPrefill:
+        for (const PrefillWork& ch : p.chunks)
+          if (ch.sample) emit(ch.req);
+        break;
+      case Stage::kPrelude:
+        if (mode == SchedMode::kCdbNoRefill) {
+          EXPECT_TRUE(cohort.empty()) << "a new cohort before the last one's coda: " << p.ToString();
+          cohort_step = 0;
+        }
+        for (const WorkItem& it : p.items) {
+          const auto r = static_cast<size_t>(it.req);
+          depth[r] = ScriptedDepth(f, it.req, it.pos, kLoops, lookahead);
+          ran[r] = 0;
+          want_rows += depth[r];
+          a.depths.insert(depth[r]);
+          if (mode == SchedMode::kCdbNoRefill) cohort.push_back(depth[r]);
+        }
+        if (mode == SchedMode::kCdbNoRefill &&
+            std::count(cohort.begin(), cohort.end(), kLoops) < static_cast<std::ptrdiff_t>(cohort.size()))
+          ++a.shrinking_cohorts;
+        break;
+      case Stage::kCore: {
+        const auto rows = static_cast<int64_t>(p.items.size());
+        if (mode == SchedMode::kCdbRefill) {
+          const int64_t holding = std::count(waits_for_coda.begin(), waits_for_coda.end(), true);
+          if (k == 1) {
+            EXPECT_EQ(holding, 0) << "K = 1: a core step while an exited token waits";
+          }
+          EXPECT_EQ(rows, std::min<int64_t>(kW, unfinished) - holding)
+              << "step " << i << ", " << unfinished << " requests not finished: " << p.ToString();
+        } else {
+          const int64_t deeper = std::count_if(cohort.begin(), cohort.end(), [&](int32_t d) { return d > cohort_step; });
+          EXPECT_EQ(rows, deeper) << "cohort step " << cohort_step << ": " << p.ToString();
+          ++cohort_step;
+        }
+        for (const WorkItem& it : p.items) {
+          const auto r = static_cast<size_t>(it.req);
+          if (++ran[r] == depth[r]) waits_for_coda[r] = true;
+        }
+        ++a.core_steps;
+        a.rows += rows;
+        a.full_steps += rows == kW;
+        break;
+      }
+      case Stage::kCoda:
+        if (mode == SchedMode::kCdbNoRefill) {
+          EXPECT_EQ(p.items.size(), cohort.size()) << "one coda per cohort: " << p.ToString();
+          cohort.clear();
+        }
+        for (const WorkItem& it : p.items) {
+          EXPECT_TRUE(waits_for_coda[static_cast<size_t>(it.req)]) << "coda before the scripted depth";
+          waits_for_coda[static_cast<size_t>(it.req)] = false;
+          emit(it.req);
+        }
+        break;
+      case Stage::kIdle: ADD_FAILURE() << "idle step " << i; break;
+    }
+    s.Update(p, f.Run(s, p), &ev);
+    s.CheckInvariants();
+  }
+  EXPECT_FALSE(s.HasWork());
+  EXPECT_EQ(unfinished, 0);
+  EXPECT_EQ(s.preemptions(), 0);
+  EXPECT_EQ(a.rows, want_rows);  // every token ran exactly its scripted depth
+  return a;
+}
+
+TEST(Scheduler, RefillKeepsTheCoreBatchAtWidth) {
+  for (bool lookahead : {false, true})
+    for (int32_t k : {1, 3}) {
+      SCOPED_TRACE("lookahead " + std::to_string(lookahead) + ", K " + std::to_string(k));
+      const CoreBatchAccount a = RunCoreBatchWorkload(SchedMode::kCdbRefill, k, lookahead);
+      EXPECT_GE(a.depths.size(), lookahead ? 3u : 4u);  // exits at varied depths
+      // Both regimes occurred: full batches, and shorter ones (the drain; with K = 3 also
+      // slots held by tokens waiting for the coda).
+      EXPECT_GT(a.full_steps, 0);
+      EXPECT_GT(a.core_steps, a.full_steps);
+    }
+}
+
+TEST(Scheduler, NoRefillCohortBatchesShrinkAsTokensExit) {
+  for (bool lookahead : {false, true}) {
+    SCOPED_TRACE("lookahead " + std::to_string(lookahead));
+    const CoreBatchAccount norefill = RunCoreBatchWorkload(SchedMode::kCdbNoRefill, 1, lookahead);
+    EXPECT_GT(norefill.shrinking_cohorts, 0);
+    // The contrast: the same tokens and depths (the same core rows) take more, smaller
+    // core steps without refill.
+    const CoreBatchAccount refill = RunCoreBatchWorkload(SchedMode::kCdbRefill, 1, lookahead);
+    EXPECT_EQ(norefill.rows, refill.rows);
+    EXPECT_GT(norefill.core_steps, refill.core_steps);
+    EXPECT_LT(norefill.full_steps, refill.full_steps);
+  }
 }
 
 TEST(Scheduler, CbIgnoresExitsAndRunsWholeTokens) {
