@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "exec/generate.h"
 #include "exec/kv_setup.h"
+#include "exec/stage_runner.h"
 #include "kv/block_pool.h"
 
 namespace fathom {
@@ -39,7 +40,7 @@ Engine::Engine(const Model& model, const EngineOptions& opt, int32_t max_depth,
       opt_(opt),
       max_depth_(max_depth),
       kv_(std::move(kv)),
-      runner_(model, *kv_, opt.width),
+      runner_(std::make_unique<StageRunner>(model, *kv_, opt.width)),
       sched_([&] {
         SchedConfig c;
         c.mode = opt.mode;
@@ -98,7 +99,7 @@ void Engine::ReleaseKv(RequestId id) {
   Req& r = At(id);
   if (r.seq < 0) return;
   kv_->Release(r.seq);
-  runner_.ReleaseSequence(r.seq);
+  runner_->ReleaseSequence(r.seq);
   r.seq = -1;
 }
 
@@ -144,7 +145,7 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
     Req& r = At(c.req);
     if (r.seq >= 0) continue;
     r.seq = kv_->AddSequence(static_cast<int64_t>(r.spec.prompt.size()));
-    runner_.AddSequence(r.seq, r.loops);
+    runner_->AddSequence(r.seq, r.loops);
   }
   for (const KvGrowth& g : plan.grow)
     FATHOM_CHECK_MSG(kv_->Grow(At(g.req).seq, g.new_len),
@@ -166,7 +167,7 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
         c.random_init = r.spec.init_seed;
         chunks_.push_back(c);
       }
-      FATHOM_RETURN_IF_ERROR(runner_.Prefill(chunks_, false, &prefill_));
+      FATHOM_RETURN_IF_ERROR(runner_->Prefill(chunks_, false, &prefill_));
       int64_t k = 0;
       for (const PrefillWork& w : plan.chunks) {
         int32_t t = -1;
@@ -185,16 +186,15 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
         if (!w.replay && r.policy) r.policy->Reset();
         items_.push_back(Item(w));
       }
-      return runner_.Prelude(items_);
+      return runner_->Prelude(items_);
     case Stage::kCore: {
       items_.clear();
-      bool kl = false;
       for (const WorkItem& w : plan.items) {
         const Req& r = At(w.req);
-        kl = kl || (!w.replay && r.policy && r.policy->needs_kl());
         items_.push_back(Item(w));
+        items_.back().kl = !w.replay && r.policy && r.policy->needs_kl();  // its own row only
       }
-      FATHOM_RETURN_IF_ERROR(runner_.CoreStep(items_, kl, &core_));
+      FATHOM_RETURN_IF_ERROR(runner_->CoreStep(items_, &core_));
       for (size_t i = 0; i < plan.items.size(); ++i) {
         const WorkItem& w = plan.items[i];
         Req& r = At(w.req);
@@ -206,7 +206,7 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
     case Stage::kCoda:
       items_.clear();
       for (const WorkItem& w : plan.items) items_.push_back(Item(w));
-      FATHOM_RETURN_IF_ERROR(runner_.Coda(items_, &coda_));
+      FATHOM_RETURN_IF_ERROR(runner_->Coda(items_, &coda_));
       out->tokens.assign(coda_.tokens.begin(), coda_.tokens.end());
       return Status::Ok();
   }

@@ -1,5 +1,5 @@
-// Engine: many requests through one model. It owns the KV manager, the StageRunner and a
-// Scheduler, and its step loop reads in one breath:
+// Engine: many requests through one model. It owns the KV manager, the Backend (the CPU
+// StageRunner) and a Scheduler, and its step loop reads in one breath:
 //
 //   Step():  plan = scheduler.Schedule()      (plain data; nothing mutated)
 //            outcome = Execute(plan)          (preempt / grow KV, one runner stage, sampling,
@@ -21,7 +21,7 @@
 
 #include "core/status.h"
 #include "engine/exit_spec.h"
-#include "exec/stage_runner.h"
+#include "exec/backend.h"
 #include "kernels/sampling.h"
 #include "kv/kv_layout.h"
 #include "kv/kv_manager.h"
@@ -118,7 +118,7 @@ class Engine {
   EngineOptions opt_;
   int32_t max_depth_;
   std::unique_ptr<KvManager> kv_;
-  StageRunner runner_;
+  std::unique_ptr<Backend> runner_;  // executes the plans' stages (CPU: StageRunner)
   Scheduler sched_;
   std::deque<Req> reqs_;  // ids base_, base_ + 1, ... (as the scheduler's)
   RequestId base_ = 0;

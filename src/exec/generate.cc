@@ -129,7 +129,8 @@ Result<GenerateResult> Generate(const Model& model, const GenerateOptions& opt) 
     if (policy) policy->Reset();
     for (int32_t r = 0; r < loops; ++r) {
       item.step = r;
-      FATHOM_RETURN_IF_ERROR(runner.CoreStep({item}, policy && policy->needs_kl(), &step));
+      item.kl = policy && policy->needs_kl();
+      FATHOM_RETURN_IF_ERROR(runner.CoreStep({item}, &step));
       if (policy && !decided && policy->ShouldExit(r + 1, step.signals[0])) {
         decided = true;
         exit_at = std::min(loops, r + 1 + (opt.exit_lookahead ? 1 : 0));

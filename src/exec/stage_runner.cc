@@ -47,11 +47,6 @@ StageRunner::SeqInfo& StageRunner::Info(KvManager::SeqId seq) {
   return it->second;
 }
 
-int32_t StageRunner::SlotDepth(int32_t step) const {
-  return table_.layout() == KvLayout::kFirstThenShared ? std::min(step, table_.shared_after() - 1)
-                                                       : step;
-}
-
 Status StageRunner::CheckRows(const std::vector<Row>& rows) const {
   for (const Row& r : rows) {
     if (!kv_.contains(r.seq) || !seqs_.count(r.seq))
@@ -65,6 +60,32 @@ Status StageRunner::CheckRows(const std::vector<Row>& rows) const {
                            std::to_string(m_.rope().max_positions()) + " positions");
   }
   return Status::Ok();
+}
+
+void StageRunner::ResolveRows(std::vector<Row>& rows) {
+  const int32_t P = table_.num_physical_layers();
+  row_tables_.clear();
+  KvManager::SeqId last = -1;
+  int32_t last_tables = 0;
+  for (Row& r : rows) {
+    if (r.seq != last) {  // rows of one sequence are usually adjacent: resolve it once
+      last = r.seq;
+      last_tables = static_cast<int32_t>(row_tables_.size());
+      for (int32_t p = 0; p < P; ++p) row_tables_.push_back(kv_.BlockTable(r.seq, p));
+    }
+    r.tables = last_tables;
+    r.prompt_len = kv_.prompt_len(r.seq);
+    r.key_steps = Info(r.seq).steps_run.data();
+  }
+}
+
+// Row r.pos of physical layer p (K, or V when `value`), through the resolved block table.
+float* StageRunner::KvRow(const Row& r, int32_t physical_layer, bool value) {
+  BlockPool& pool = kv_.pool();
+  const int32_t bs = pool.block_size();
+  const int32_t block = row_tables_[static_cast<size_t>(r.tables + physical_layer)][r.pos / bs];
+  FATHOM_CHECK_MSG(block >= 0, "physical layer " << physical_layer << " stores no position " << r.pos);
+  return (value ? pool.v(block) : pool.k(block)) + (r.pos % bs) * pool.row_floats();
 }
 
 Status StageRunner::CheckItems(const std::vector<DecodeItem>& items) const {
@@ -117,19 +138,19 @@ void StageRunner::Attend(int32_t layer, const std::vector<Row>& rows, const floa
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     kv_segs_.clear();
-    table_.ReadSegments(layer, r.step, r.phase, kv_.prompt_len(r.seq), r.pos + 1, &kv_segs_);
+    table_.ReadSegments(layer, r.step, r.phase, r.prompt_len, r.pos + 1, &kv_segs_);
     PagedAttentionRow a;
     a.q = q + static_cast<int64_t>(i) * qd;
     a.out = out + static_cast<int64_t>(i) * qd;
     a.seg_begin = static_cast<int32_t>(segs_.size());
     for (const KvSegment& g : kv_segs_) {
       KeySegment k;
-      k.block_table = kv_.BlockTable(r.seq, g.physical_layer);
+      k.block_table = row_tables_[static_cast<size_t>(r.tables + g.physical_layer)];
       k.begin = g.begin;
       k.end = g.end;
       if (masked) {
-        k.key_steps = Info(r.seq).steps_run.data();
-        k.min_step = static_cast<int16_t>(SlotDepth(r.step));
+        k.key_steps = r.key_steps;
+        k.min_step = static_cast<int16_t>(table_.MaskStep(r.step));
       }
       segs_.push_back(k);
     }
@@ -144,7 +165,6 @@ void StageRunner::Attend(int32_t layer, const std::vector<Row>& rows, const floa
   PagedAttention(shape, view, att_rows_.data(), static_cast<int64_t>(att_rows_.size()), segs_.data());
 }
 
-// One transformer block over x [n, E] in place; row i writes its K/V where the layout says.
 void StageRunner::Block(int32_t layer, const std::vector<Row>& rows, float* x) {
   const LayerWeights& w = m_.weights().layers[static_cast<size_t>(layer)];
   const auto n = static_cast<int64_t>(rows.size());
@@ -183,8 +203,8 @@ void StageRunner::Block(int32_t layer, const std::vector<Row>& rows, float* x) {
     const Row& r = rows[static_cast<size_t>(i)];
     const int32_t wl = table_.WriteLayer(layer, r.step, r.phase);
     if (wl < 0) continue;  // a layer whose KV no one reads
-    std::copy_n(k + i * kvd, kvd, kv_.K(r.seq, wl, r.pos));
-    std::copy_n(qkv + i * qkv_w + qd + kvd, kvd, kv_.V(r.seq, wl, r.pos));
+    std::copy_n(k + i * kvd, kvd, KvRow(r, wl, false));
+    std::copy_n(qkv + i * qkv_w + qd + kvd, kvd, KvRow(r, wl, true));
   }
   Attend(layer, rows, q, attn);
   w.o.Forward(attn, n, o);
@@ -245,12 +265,35 @@ void StageRunner::CodaAndHead(const std::vector<Row>& rows, float* x,
   m_.weights().lm_head.Forward(hx, m, logits);
 }
 
+// One loop step: the adapter on cat[x, e] (Huginn) or the state itself (Ouro), every core
+// layer, the step norm (Ouro), then the exit signals from the state before and after.
+void StageRunner::LoopStep(const std::vector<Row>& rows, float* x, const float* e, StepSignal* signals) {
+  const int64_t E = s_.hidden;
+  const auto n = static_cast<int64_t>(rows.size());
+  float* prev = nullptr;
+  if (signals) {
+    prev = Grow(prev_, n * E);
+    std::copy_n(x, n * E, prev);
+  }
+  if (s_.loop.core_input == CoreInput::kAdapterOnConcat) {
+    float* cat = Grow(cat_, n * 2 * E);
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(x + i * E, E, cat + i * 2 * E);
+      std::copy_n(e + i * E, E, cat + i * 2 * E + E);
+    }
+    m_.weights().adapter.Forward(cat, n, x);
+  }
+  for (int32_t j = 0; j < s_.n_core; ++j) Block(s_.n_prelude + j, rows, x);
+  if (s_.loop.step_norm) RmsNorm(x, m_.weights().final_norm.data(), s_.norm_eps, n, E, x);
+  if (signals) Signals(x, prev, n, signals);
+}
+
 Status StageRunner::Prefill(const std::vector<PrefillChunk>& chunks, bool record_signals,
                             PrefillResult* out) {
   *out = PrefillResult{};
   const int64_t E = s_.hidden, V = s_.vocab;
   rows_.clear();
-  std::vector<int32_t> ids;
+  ids_.clear();
   int32_t max_loops = 0;
   for (size_t c = 0; c < chunks.size(); ++c) {
     const PrefillChunk& ch = chunks[c];
@@ -264,7 +307,7 @@ Status StageRunner::Prefill(const std::vector<PrefillChunk>& chunks, bool record
       if (ch.pos0 + i >= kv_.prompt_len(ch.seq))
         return Status::Error("prefill chunk " + std::to_string(c) + " runs past the prompt");
       rows_.push_back({ch.seq, ch.pos0 + i, 0, TokenPhase::kPrompt});
-      ids.push_back(id);
+      ids_.push_back(id);
     }
     if (s_.loop.looped && (ch.loops < 1 || ch.loops > table_.shape().max_depth))
       return Status::Error("prefill chunk " + std::to_string(c) + ": loops " + std::to_string(ch.loops) +
@@ -272,81 +315,71 @@ Status StageRunner::Prefill(const std::vector<PrefillChunk>& chunks, bool record
     max_loops = std::max(max_loops, ch.loops);
   }
   FATHOM_RETURN_IF_ERROR(CheckRows(rows_));
-  const std::vector<Row> all = rows_;
-  const auto n = static_cast<int64_t>(all.size());
-  // Row ranges of the chunks within the batch.
-  std::vector<int64_t> chunk_begin;
-  for (int64_t b = 0; const PrefillChunk& ch : chunks) chunk_begin.push_back(b), b += ch.n;
+  const auto n = static_cast<int64_t>(rows_.size());
+  chunk_begin_.clear();  // row ranges of the chunks within the batch
+  for (int64_t b = 0; const PrefillChunk& ch : chunks) chunk_begin_.push_back(b), b += ch.n;
   for (const PrefillChunk& ch : chunks) {  // prompt tokens run every step: no holes
     SeqInfo& info = Info(ch.seq);
     if (static_cast<int64_t>(info.steps_run.size()) < ch.pos0 + ch.n)
       info.steps_run.resize(static_cast<size_t>(ch.pos0 + ch.n), 0);
     std::fill_n(info.steps_run.begin() + ch.pos0, ch.n, static_cast<int16_t>(s_.loop.looped ? ch.loops : 0));
   }
+  ResolveRows(rows_);
 
   float* x = Grow(x_, n * E);
-  Embed(ids.data(), n, x);
-  for (int32_t l = 0; l < s_.n_prelude; ++l) Block(l, all, x);
+  Embed(ids_.data(), n, x);
+  for (int32_t l = 0; l < s_.n_prelude; ++l) Block(l, rows_, x);
   if (s_.loop.looped) {
     float* e = Grow(e_, n * E);
     std::copy_n(x, n * E, e);
     if (s_.loop.initial_state != InitialState::kPreludeOutput)
       for (size_t c = 0; c < chunks.size(); ++c)
         for (int64_t i = 0; i < chunks[c].n; ++i)
-          InitState(chunks[c].random_init, chunks[c].pos0 + i, x + (chunk_begin[c] + i) * E);
+          InitState(chunks[c].random_init, chunks[c].pos0 + i, x + (chunk_begin_[c] + i) * E);
     if (record_signals) {
       out->gate_lambda.assign(static_cast<size_t>(max_loops * n), 0.f);
       out->latent_diff.assign(static_cast<size_t>(max_loops * n), 0.f);
     }
     // Step r runs the rows whose chunk has more than r loops, gathered contiguously.
-    std::vector<StepSignal> sig;
     for (int32_t r = 0; r < max_loops; ++r) {
-      std::vector<int64_t> active;
-      std::vector<Row> step_rows;
+      active_.clear();
+      step_rows_.clear();
       for (size_t c = 0; c < chunks.size(); ++c)
         if (chunks[c].loops > r)
           for (int64_t i = 0; i < chunks[c].n; ++i) {
-            active.push_back(chunk_begin[c] + i);
-            step_rows.push_back({all[static_cast<size_t>(chunk_begin[c] + i)].seq,
-                                 chunks[c].pos0 + i, r, TokenPhase::kPrompt});
+            active_.push_back(chunk_begin_[c] + i);
+            step_rows_.push_back(rows_[static_cast<size_t>(chunk_begin_[c] + i)]);
+            step_rows_.back().step = r;
           }
-      const auto m = static_cast<int64_t>(active.size());
-      float* xs = Grow(prev_, m * E);  // gathered state
-      for (int64_t i = 0; i < m; ++i) std::copy_n(x + active[static_cast<size_t>(i)] * E, E, xs + i * E);
-      std::vector<float> before;
-      if (record_signals) before.assign(xs, xs + m * E);
-      if (s_.loop.core_input == CoreInput::kAdapterOnConcat) {
-        float* cat = Grow(cat_, m * 2 * E);
-        for (int64_t i = 0; i < m; ++i) {
-          std::copy_n(xs + i * E, E, cat + i * 2 * E);
-          std::copy_n(e + active[static_cast<size_t>(i)] * E, E, cat + i * 2 * E + E);
-        }
-        m_.weights().adapter.Forward(cat, m, xs);
+      const auto m = static_cast<int64_t>(active_.size());
+      float* xs = Grow(loop_x_, m * E);
+      float* es = Grow(loop_e_, m * E);
+      for (int64_t i = 0; i < m; ++i) {
+        std::copy_n(x + active_[static_cast<size_t>(i)] * E, E, xs + i * E);
+        std::copy_n(e + active_[static_cast<size_t>(i)] * E, E, es + i * E);
       }
-      for (int32_t j = 0; j < s_.n_core; ++j) Block(s_.n_prelude + j, step_rows, xs);
-      if (s_.loop.step_norm)
-        RmsNorm(xs, m_.weights().final_norm.data(), s_.norm_eps, m, E, xs);
-      if (record_signals) {
-        sig.assign(static_cast<size_t>(m), StepSignal{});
-        Signals(xs, before.data(), m, sig.data());
-        for (int64_t i = 0; i < m; ++i) {
-          const size_t at = static_cast<size_t>(r * n + active[static_cast<size_t>(i)]);
-          out->gate_lambda[at] = sig[static_cast<size_t>(i)].gate_lambda;
-          out->latent_diff[at] = sig[static_cast<size_t>(i)].latent_diff;
+      if (record_signals) sig_.assign(static_cast<size_t>(m), StepSignal{});
+      LoopStep(step_rows_, xs, es, record_signals ? sig_.data() : nullptr);
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t row = active_[static_cast<size_t>(i)];
+        std::copy_n(xs + i * E, E, x + row * E);
+        if (record_signals) {
+          const size_t at = static_cast<size_t>(r * n + row);
+          out->gate_lambda[at] = sig_[static_cast<size_t>(i)].gate_lambda;
+          out->latent_diff[at] = sig_[static_cast<size_t>(i)].latent_diff;
         }
       }
-      for (int64_t i = 0; i < m; ++i) std::copy_n(xs + i * E, E, x + active[static_cast<size_t>(i)] * E);
     }
   }
-  std::vector<int64_t> head_rows;
+  head_.clear();
   for (size_t c = 0; c < chunks.size(); ++c) {
     const int64_t first = chunks[c].logits == PrefillChunk::Logits::kAll ? 0 : chunks[c].n - 1;
     if (chunks[c].logits != PrefillChunk::Logits::kNone)
       for (int64_t i = std::max<int64_t>(first, 0); i < chunks[c].n; ++i)
-        head_rows.push_back(chunk_begin[c] + i);
+        head_.push_back(chunk_begin_[c] + i);
   }
-  out->logits.resize(head_rows.size() * static_cast<size_t>(V));
-  CodaAndHead(all, x, head_rows, out->logits.data());
+  out->logits.resize(head_.size() * static_cast<size_t>(V));
+  CodaAndHead(rows_, x, head_, out->logits.data());
   return Status::Ok();
 }
 
@@ -360,15 +393,14 @@ Status StageRunner::Prelude(const std::vector<DecodeItem>& items) {
   const int64_t E = s_.hidden;
   const auto n = static_cast<int64_t>(items.size());
   rows_.clear();
-  std::vector<int32_t>& ids = ids_;
-  ids.clear();
+  ids_.clear();
   for (size_t i = 0; i < items.size(); ++i) {
     const DecodeItem& it = items[i];
     if (it.token < 0 || it.token >= s_.vocab)
       return Status::Error("item " + std::to_string(i) + ": token id " + std::to_string(it.token) +
                            " outside the vocabulary [0, " + std::to_string(s_.vocab) + ")");
     rows_.push_back({it.seq, it.pos, 0, TokenPhase::kDecode});
-    ids.push_back(it.token);
+    ids_.push_back(it.token);
   }
   FATHOM_RETURN_IF_ERROR(CheckRows(rows_));
   for (const DecodeItem& it : items) {  // not yet in the loop: no depth slot written
@@ -377,8 +409,9 @@ Status StageRunner::Prelude(const std::vector<DecodeItem>& items) {
       info.steps_run.resize(static_cast<size_t>(it.pos + 1), 0);
     info.steps_run[static_cast<size_t>(it.pos)] = 0;
   }
+  ResolveRows(rows_);
   float* x = Grow(x_, n * E);
-  Embed(ids.data(), n, x);
+  Embed(ids_.data(), n, x);
   for (int32_t l = 0; l < s_.n_prelude; ++l) Block(l, rows_, x);
   for (int64_t i = 0; i < n; ++i) {
     const DecodeItem& it = items[static_cast<size_t>(i)];
@@ -393,11 +426,10 @@ Status StageRunner::Prelude(const std::vector<DecodeItem>& items) {
   return Status::Ok();
 }
 
-Status StageRunner::CoreStep(const std::vector<DecodeItem>& items, bool compute_kl,
-                             CoreStepResult* out) {
+Status StageRunner::CoreStep(const std::vector<DecodeItem>& items, CoreStepResult* out) {
   FATHOM_RETURN_IF_ERROR(CheckItems(items));
   if (!s_.loop.looped) return Status::Error("core step: model_type '" + s_.model_type + "' has no loop");
-  const int64_t E = s_.hidden, V = s_.vocab;
+  const int64_t E = s_.hidden;
   const auto n = static_cast<int64_t>(items.size());
   rows_.clear();
   for (size_t i = 0; i < items.size(); ++i) {
@@ -411,49 +443,59 @@ Status StageRunner::CoreStep(const std::vector<DecodeItem>& items, bool compute_
   FATHOM_RETURN_IF_ERROR(CheckRows(rows_));
   for (const DecodeItem& it : items)  // its own K/V at this step is written before it attends
     Info(it.seq).steps_run[static_cast<size_t>(it.pos)] = static_cast<int16_t>(it.step + 1);
+  ResolveRows(rows_);
 
   float* x = Grow(x_, n * E);
-  float* prev = Grow(prev_, n * E);
-  for (int64_t i = 0; i < n; ++i)
-    std::copy_n(slot_x_.data() + items[static_cast<size_t>(i)].slot * E, E, x + i * E);
-  std::copy_n(x, n * E, prev);
-  if (s_.loop.core_input == CoreInput::kAdapterOnConcat) {
-    float* cat = Grow(cat_, n * 2 * E);
-    for (int64_t i = 0; i < n; ++i) {
-      std::copy_n(x + i * E, E, cat + i * 2 * E);
-      std::copy_n(slot_e_.data() + items[static_cast<size_t>(i)].slot * E, E, cat + i * 2 * E + E);
-    }
-    m_.weights().adapter.Forward(cat, n, x);
+  const bool inject = s_.loop.core_input == CoreInput::kAdapterOnConcat;
+  float* e = inject ? Grow(e_, n * E) : nullptr;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t slot = items[static_cast<size_t>(i)].slot;
+    std::copy_n(slot_x_.data() + slot * E, E, x + i * E);
+    if (inject) std::copy_n(slot_e_.data() + slot * E, E, e + i * E);
   }
-  for (int32_t j = 0; j < s_.n_core; ++j) Block(s_.n_prelude + j, rows_, x);
-  if (s_.loop.step_norm) RmsNorm(x, m_.weights().final_norm.data(), s_.norm_eps, n, E, x);
   out->signals.assign(static_cast<size_t>(n), StepSignal{});
-  Signals(x, prev, n, out->signals.data());
+  LoopStep(rows_, x, e, out->signals.data());
   for (int64_t i = 0; i < n; ++i)
     std::copy_n(x + i * E, E, slot_x_.data() + items[static_cast<size_t>(i)].slot * E);
 
-  if (compute_kl) {
-    // KL(p_{r-1} || p_r) of the predictions from successive states (p_0 uniform). The coda
-    // writes its KV at these positions; the token's final coda overwrites it.
-    if (slot_logp_.empty()) slot_logp_.resize(static_cast<size_t>(num_slots_ * V));
-    for (Row& r : rows_) r.step = 0;  // the coda has one step
-    HeadRows(n);
-    float* logits = Grow(logits_, n * V);
-    CodaAndHead(rows_, x, head_, logits);
-    float* logp = Grow(logp_, V);
-    for (int64_t i = 0; i < n; ++i) {
-      const DecodeItem& it = items[static_cast<size_t>(i)];
-      float* prev_logp = slot_logp_.data() + it.slot * V;
-      if (it.step == 0) std::fill_n(prev_logp, V, -std::log(static_cast<float>(V)));
-      LogSoftmax(logits + i * V, V, logp);
-      double kl = 0;
-      for (int64_t t = 0; t < V; ++t)
-        kl += std::exp(static_cast<double>(prev_logp[t])) * (prev_logp[t] - logp[t]);
-      out->signals[static_cast<size_t>(i)].kl = static_cast<float>(kl);
-      std::copy_n(logp, V, prev_logp);
-    }
-  }
+  kl_items_.clear();
+  for (int64_t i = 0; i < n; ++i)
+    if (items[static_cast<size_t>(i)].kl) kl_items_.push_back(i);
+  if (!kl_items_.empty()) KlSignals(items, x, out);
   return Status::Ok();
+}
+
+// KL(p_{r-1} || p_r) of the predictions from successive states (p_0 uniform), for the items
+// kl_items_ lists only: their states go through the after-loop norm, the coda and the LM
+// head. The coda writes its KV at these positions; the token's final coda overwrites it.
+void StageRunner::KlSignals(const std::vector<DecodeItem>& items, const float* x, CoreStepResult* out) {
+  const int64_t E = s_.hidden, V = s_.vocab;
+  const auto m = static_cast<int64_t>(kl_items_.size());
+  if (slot_logp_.empty()) slot_logp_.resize(static_cast<size_t>(num_slots_ * V));
+  kl_rows_.clear();
+  float* xs = Grow(loop_x_, m * E);
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t item = kl_items_[static_cast<size_t>(i)];
+    kl_rows_.push_back(rows_[static_cast<size_t>(item)]);
+    kl_rows_.back().step = 0;  // the coda has one step
+    std::copy_n(x + item * E, E, xs + i * E);
+  }
+  HeadRows(m);
+  float* logits = Grow(logits_, m * V);
+  CodaAndHead(kl_rows_, xs, head_, logits);
+  float* logp = Grow(logp_, V);
+  for (int64_t i = 0; i < m; ++i) {
+    const auto item = static_cast<size_t>(kl_items_[static_cast<size_t>(i)]);
+    const DecodeItem& it = items[item];
+    float* prev_logp = slot_logp_.data() + it.slot * V;
+    if (it.step == 0) std::fill_n(prev_logp, V, -std::log(static_cast<float>(V)));
+    LogSoftmax(logits + i * V, V, logp);
+    double kl = 0;
+    for (int64_t t = 0; t < V; ++t)
+      kl += std::exp(static_cast<double>(prev_logp[t])) * (prev_logp[t] - logp[t]);
+    out->signals[item].kl = static_cast<float>(kl);
+    std::copy_n(logp, V, prev_logp);
+  }
 }
 
 Status StageRunner::Coda(const std::vector<DecodeItem>& items, CodaResult* out) {
@@ -464,14 +506,14 @@ Status StageRunner::Coda(const std::vector<DecodeItem>& items, CodaResult* out) 
   for (const DecodeItem& it : items) rows_.push_back({it.seq, it.pos, 0, TokenPhase::kDecode});
   FATHOM_RETURN_IF_ERROR(CheckRows(rows_));
   // The layout's rule for the loop steps an early exit skipped (last-exited: copy).
-  std::vector<std::pair<int32_t, int32_t>>& copies = copies_;
   for (const DecodeItem& it : items) {
     if (!s_.loop.looped || it.step >= Info(it.seq).loops) continue;
-    copies.clear();
-    table_.ExitCopies(it.step, &copies);
-    for (const auto& [from, to] : copies) kv_.CopyRow(it.seq, it.pos, from, to);
-    if (!copies.empty()) Info(it.seq).steps_run[static_cast<size_t>(it.pos)] = static_cast<int16_t>(table_.shape().max_depth);
+    copies_.clear();
+    table_.ExitCopies(it.step, &copies_);
+    for (const auto& [from, to] : copies_) kv_.CopyRow(it.seq, it.pos, from, to);
+    if (!copies_.empty()) Info(it.seq).steps_run[static_cast<size_t>(it.pos)] = static_cast<int16_t>(table_.shape().max_depth);
   }
+  ResolveRows(rows_);
   float* x = Grow(x_, n * E);
   for (int64_t i = 0; i < n; ++i)
     std::copy_n(slot_x_.data() + items[static_cast<size_t>(i)].slot * E, E, x + i * E);

@@ -1,5 +1,6 @@
-// StageRunner: executes one stage of the model's stage structure (model_spec.h) over a batch
-// of work items from any number of sequences, positions and loop depths.
+// StageRunner: the CPU Backend (backend.h). Executes one stage of the model's stage
+// structure (model_spec.h) over a batch of work items from any number of sequences,
+// positions and loop depths.
 //
 //   Prefill   chunks of one or more sequences: embed, prelude, every loop step, coda; the
 //             logits of each chunk that ends its prompt.
@@ -23,67 +24,25 @@
 #include <vector>
 
 #include "core/status.h"
-#include "exec/exit_policy.h"
+#include "exec/backend.h"
 #include "kernels/paged_attention.h"
-#include "kernels/sampling.h"
-#include "kv/kv_manager.h"
 #include "model/model.h"
 
 namespace fathom {
 
-struct PrefillChunk {
-  KvManager::SeqId seq = -1;
-  const int32_t* ids = nullptr;
-  int64_t pos0 = 0, n = 0;
-  int32_t loops = 0;                    // loop steps (looped models); all rows run them all
-  enum class Logits { kNone, kLast, kAll } logits = Logits::kNone;  // which rows get logits
-  std::optional<uint64_t> random_init;  // Huginn's seeded initial state; default zero
-};
-
-struct PrefillResult {
-  std::vector<float> logits;  // [rows asked for, V], in row order
-  // With record_signals, per step and row (rows in chunk order): [max loops, total rows].
-  std::vector<float> gate_lambda, latent_diff;
-};
-
-struct DecodeItem {
-  int32_t slot = -1;  // state slot (x, e) of this token
-  KvManager::SeqId seq = -1;
-  int64_t pos = 0;
-  int32_t token = 0;                    // Prelude: the input token id
-  int32_t step = 0;                     // CoreStep: the 0-based step to run; Coda: steps run
-  std::optional<uint64_t> random_init;  // Prelude (Huginn)
-  // Coda: sampling (greedy if sampler is null).
-  Sampler* sampler = nullptr;
-  SamplingParams sampling;
-};
-
-struct CoreStepResult {
-  std::vector<StepSignal> signals;  // per item
-};
-
-struct CodaResult {
-  std::vector<float> logits;   // [items, V]
-  std::vector<int32_t> tokens; // sampled, per item
-};
-
-class StageRunner {
+class StageRunner final : public Backend {
  public:
   // `num_slots`: state slots for decode tokens in flight.
   StageRunner(const Model& model, KvManager& kv, int32_t num_slots);
 
-  // Declares a sequence's prompt length and loop count before its first prefill chunk.
-  void AddSequence(KvManager::SeqId seq, int32_t loops);
-  void ReleaseSequence(KvManager::SeqId seq);
-
-  // Errors: token ids outside the vocabulary, positions the KV manager has not allocated
-  // or beyond the model's positions, loops outside the KV table's depth, bad slots.
-  Status Prefill(const std::vector<PrefillChunk>& chunks, bool record_signals, PrefillResult* out);
-  Status Prelude(const std::vector<DecodeItem>& items);
-  Status CoreStep(const std::vector<DecodeItem>& items, bool compute_kl, CoreStepResult* out);
-  Status Coda(const std::vector<DecodeItem>& items, CodaResult* out);
-
-  int32_t num_slots() const { return num_slots_; }
+  void AddSequence(KvManager::SeqId seq, int32_t loops) override;
+  void ReleaseSequence(KvManager::SeqId seq) override;
+  Status Prefill(const std::vector<PrefillChunk>& chunks, bool record_signals,
+                 PrefillResult* out) override;
+  Status Prelude(const std::vector<DecodeItem>& items) override;
+  Status CoreStep(const std::vector<DecodeItem>& items, CoreStepResult* out) override;
+  Status Coda(const std::vector<DecodeItem>& items, CodaResult* out) override;
+  int32_t num_slots() const override { return num_slots_; }
 
  private:
   struct Row {  // one token in one stage: where its KV goes and what it reads
@@ -91,24 +50,39 @@ class StageRunner {
     int64_t pos;
     int32_t step;
     TokenPhase phase;
+    // Resolved once per stage call (ResolveRows), not per layer:
+    int64_t prompt_len = 0;
+    const int16_t* key_steps = nullptr;  // its sequence's steps_run (hole masking)
+    int32_t tables = 0;                  // offset into row_tables_ of its sequence's
+                                         // [num_physical] block tables
   };
   struct SeqInfo {
     int32_t loops = 0;
     std::vector<int16_t> steps_run;  // per position: loop steps run (hole masking)
   };
 
+  // One transformer block over x [n, E] in place; row i writes its K/V where the table says.
   void Block(int32_t layer, const std::vector<Row>& rows, float* x);
   void Attend(int32_t layer, const std::vector<Row>& rows, const float* q, float* out);
+  // One loop step (adapter, core layers, step norm) over rows at their own steps:
+  // x [n, E] the state, in and out; e [n, E] the injected embeddings (adapter models) or
+  // null; signals [n] (null: not computed) from the state before and after.
+  void LoopStep(const std::vector<Row>& rows, float* x, const float* e, StepSignal* signals);
   void Embed(const int32_t* ids, int64_t n, float* x) const;
   void InitState(const std::optional<uint64_t>& seed, int64_t pos, float* x) const;
   void Signals(const float* x, const float* prev, int64_t n, StepSignal* out) const;
   void CodaAndHead(const std::vector<Row>& rows, float* x, const std::vector<int64_t>& head_rows,
                    float* logits);
+  // KL(p_{r-1} || p_r) for the items listed in kl_items_ (x [n, E] the step's states).
+  void KlSignals(const std::vector<DecodeItem>& items, const float* x, CoreStepResult* out);
+  // Errors for rows of unknown sequences or positions without KV. ResolveRows then fills the
+  // rows' resolved fields (valid until the next Grow, Release or steps_run resize).
   Status CheckRows(const std::vector<Row>& rows) const;
+  void ResolveRows(std::vector<Row>& rows);
+  float* KvRow(const Row& r, int32_t physical_layer, bool value);
   void HeadRows(int64_t n);  // head_ = 0 .. n-1
   Status CheckItems(const std::vector<DecodeItem>& items) const;
   SeqInfo& Info(KvManager::SeqId seq);
-  int32_t SlotDepth(int32_t step) const;  // the depth index a core slot at `step` stores
 
   const Model& m_;
   const ModelSpec& s_;
@@ -118,15 +92,31 @@ class StageRunner {
   std::vector<float> slot_x_, slot_e_;  // [num_slots, E]
   std::vector<float> slot_logp_;        // [num_slots, V], allocated on the first KL request
   std::unordered_map<KvManager::SeqId, SeqInfo> seqs_;
-  // Scratch, grown on demand and kept (no allocation in the steady state).
-  std::vector<float> x_, e_, prev_, h_, qkv_, q_, k_, attn_, o_, gate_up_, act_, cat_, logits_, logp_;
-  std::vector<int32_t> pos_;
-  std::vector<KeySegment> segs_;
-  std::vector<KvSegment> kv_segs_;
+  // Scratch, grown on demand and kept (no allocation once the largest batch has run).
+  // n = rows of the stage call, m = rows of one prefill loop step (<= n).
+  std::vector<float> x_;              // [n, E] the rows' hidden states
+  std::vector<float> e_;              // [n, E] injected embeddings (prelude output): prefill's,
+                                      // or a core step's gathered from the slots
+  std::vector<float> loop_x_, loop_e_;  // [m, E] one loop step's rows, gathered
+  std::vector<float> prev_;           // [m, E] the state before a loop step (signals)
+  std::vector<float> h_;              // [n, E] normed input of a sub-layer / head rows
+  std::vector<float> qkv_;            // [n, q_dim + 2 kv_dim]
+  std::vector<float> q_, k_;          // [n, q_dim], [n, kv_dim] after norms, bias, RoPE
+  std::vector<float> attn_;           // [n, q_dim] attention output
+  std::vector<float> o_;              // [n, E] sub-layer output
+  std::vector<float> gate_up_, act_;  // [n, 2 I], [n, I]
+  std::vector<float> cat_;            // [m, 2 E] adapter input cat[x, e]
+  std::vector<float> logits_;         // [kl rows, V]
+  std::vector<float> logp_;           // [V]
+  std::vector<int32_t> pos_;          // [n] positions (RoPE)
+  std::vector<KeySegment> segs_;      // attention: every row's key segments
+  std::vector<KvSegment> kv_segs_;    // one row's segments from the table
   std::vector<PagedAttentionRow> att_rows_;
-  std::vector<Row> rows_;
+  std::vector<const int32_t*> row_tables_;  // [distinct sequences of the call, num_physical]
+  std::vector<Row> rows_, step_rows_, kl_rows_;
   std::vector<int32_t> ids_;
-  std::vector<int64_t> head_;
+  std::vector<int64_t> head_, active_, chunk_begin_, kl_items_;
+  std::vector<StepSignal> sig_;
   std::vector<std::pair<int32_t, int32_t>> copies_;
 };
 

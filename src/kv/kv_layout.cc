@@ -124,13 +124,28 @@ Result<KvLayerTable> KvLayerTable::Build(const KvModelShape& shape, KvLayout lay
   std::vector<uint8_t> produces(L, cross ? 0 : 1);
   for (int32_t i = 0; i < L; ++i) produces[t.reads_from_[i]] = 1;
 
-  switch (layout) {
-    case KvLayout::kDepthIndexed:
-    case KvLayout::kLastExited: t.core_groups_ = R; break;
-    case KvLayout::kShared: t.core_groups_ = 1; break;
-    case KvLayout::kFirstThenShared: t.core_groups_ = shared_after; break;
-    case KvLayout::kHybrid: t.core_groups_ = R + 1; break;
+  // The layout as data: per phase and step, which group of C core slots a core layer uses
+  // (CoreSlot = core_base + group * C + j), and the depth index that group stores (what a
+  // hole mask compares exit depths against). Nothing after Build switches on the layout.
+  t.core_group_[0].assign(R, 0);
+  t.core_group_[1].assign(R, 0);
+  t.mask_step_.assign(R, 0);
+  for (int32_t r = 0; r < R; ++r) {
+    int32_t prompt = r, decode = r;
+    switch (layout) {
+      case KvLayout::kDepthIndexed:
+      case KvLayout::kLastExited: break;
+      case KvLayout::kShared: prompt = decode = 0; break;
+      case KvLayout::kFirstThenShared: prompt = decode = std::min(r, shared_after - 1); break;
+      case KvLayout::kHybrid: decode = R; break;  // one shared group after the R depth groups
+    }
+    t.core_group_[0][r] = prompt;
+    t.core_group_[1][r] = decode;
+    t.mask_step_[r] = prompt;
   }
+  t.core_groups_ = 0;
+  for (const auto& groups : t.core_group_)
+    for (int32_t g : groups) t.core_groups_ = std::max(t.core_groups_, g + 1);
   // Slots in layer order: producing prelude layers, the core groups, producing coda layers.
   t.layer_slot_.assign(L, -1);
   int32_t next = 0;
@@ -156,17 +171,14 @@ Result<KvLayerTable> KvLayerTable::Build(const KvModelShape& shape, KvLayout lay
 }
 
 int32_t KvLayerTable::CoreSlot(int32_t j, int32_t step, TokenPhase phase) const {
-  const int32_t C = shape_.n_core;
-  switch (layout_) {
-    case KvLayout::kDepthIndexed:
-    case KvLayout::kLastExited: return core_base_ + step * C + j;
-    case KvLayout::kShared: return core_base_ + j;
-    case KvLayout::kFirstThenShared:
-      return core_base_ + std::min(step, shared_after_ - 1) * C + j;
-    case KvLayout::kHybrid:
-      return core_base_ + (phase == TokenPhase::kPrompt ? step : shape_.max_depth) * C + j;
-  }
-  FATHOM_CHECK_MSG(false, "bad KvLayout " << static_cast<int>(layout_));
+  FATHOM_CHECK_MSG(step >= 0 && step < shape_.max_depth, "step=" << step << " max_depth=" << shape_.max_depth);
+  const int32_t group = core_group_[phase == TokenPhase::kPrompt ? 0 : 1][static_cast<size_t>(step)];
+  return core_base_ + group * shape_.n_core + j;
+}
+
+int32_t KvLayerTable::MaskStep(int32_t step) const {
+  FATHOM_CHECK_MSG(step >= 0 && step < shape_.max_depth, "step=" << step << " max_depth=" << shape_.max_depth);
+  return mask_step_[static_cast<size_t>(step)];
 }
 
 int32_t KvLayerTable::WriteLayer(int32_t layer, int32_t step, TokenPhase phase) const {

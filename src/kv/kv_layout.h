@@ -136,6 +136,10 @@ class KvLayerTable {
   // True if an early exit leaves slots unwritten that a deeper query would read, so the
   // runner must mask by exit depth: depth-indexed, and first-then-shared with S > 1.
   bool HasHoles() const;
+  // The 0-based depth whose KV a core slot read at `step` holds (step, or min(step, S-1)
+  // under first-then-shared): a key is visible to a query at `step` only if its token ran
+  // more than MaskStep(step) steps. Meaningful where HasHoles().
+  int32_t MaskStep(int32_t step) const;
   // Whether physical_layer stores positions of tokens of this phase. Always true except
   // hybrid core slots: depth slots store prompt positions only, shared slots decode only.
   bool StoresPhase(int32_t physical_layer, TokenPhase phase) const;
@@ -159,6 +163,8 @@ class KvLayerTable {
   bool cross_layer_ = false;          // reads_from is not the identity
   int32_t core_base_ = 0;             // first core slot
   int32_t core_groups_ = 0;           // core slots / n_core: R, R, 1, S or R+1 (hybrid)
+  std::vector<int32_t> core_group_[2];  // [prompt, decode][step]: group of C core slots
+  std::vector<int32_t> mask_step_;      // [step]: the depth its slot stores (MaskStep)
   int32_t num_physical_ = 0;
   std::vector<int32_t> reads_from_;   // [L], identity filled in
   std::vector<int32_t> layer_slot_;   // [L] slot of prelude / coda layers, -1 for none

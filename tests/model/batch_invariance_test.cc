@@ -116,9 +116,9 @@ void RunScenario(const Model& m, KvLayout layout, uint64_t seed) {
       }
       if (!core.empty()) {
         CoreStepResult b, a;
-        ASSERT_TRUE(batched.runner->CoreStep(core, false, &b).ok());
+        ASSERT_TRUE(batched.runner->CoreStep(core, &b).ok());
         for (size_t j = 0; j < core.size(); ++j) {
-          ASSERT_TRUE(alone.runner->CoreStep({core[j]}, false, &a).ok());
+          ASSERT_TRUE(alone.runner->CoreStep({core[j]}, &a).ok());
           EXPECT_NEAR(b.signals[j].gate_lambda, a.signals[0].gate_lambda, 1e-5f);
           EXPECT_NEAR(b.signals[j].latent_diff, a.signals[0].latent_diff, 1e-5f);
         }

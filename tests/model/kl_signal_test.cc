@@ -51,8 +51,9 @@ TEST(KlSignalTest, MatchesReferenceAtEveryStep) {
   std::vector<float> kl;
   for (int32_t r = 0; r < kLoops; ++r) {
     f.item.step = r;
+    f.item.kl = true;
     CoreStepResult out;
-    ASSERT_TRUE(f.runner->CoreStep({f.item}, true, &out).ok());
+    ASSERT_TRUE(f.runner->CoreStep({f.item}, &out).ok());
     kl.push_back(out.signals[0].kl);
   }
   testing::RunReference(dir / "model", kPrompt, kLoops, dir.path(),
@@ -65,6 +66,49 @@ TEST(KlSignalTest, MatchesReferenceAtEveryStep) {
   }
   // The signal must be informative for the test to mean anything: it changes across steps.
   EXPECT_GT(std::abs(want[0] - want[static_cast<size_t>(kLoops - 1)]), 1e-3);
+}
+
+// The KL signal is computed only for the rows that ask for it: in a batch of two sequences,
+// the row without `kl` gets none, and the row with it gets the value it gets alone.
+TEST(KlSignalTest, OnlyTheRowsThatAskForIt) {
+  testing::TempDir dir;
+  testing::MakeUpstreamTinyModel("huginn", dir / "model", DType::kF32);
+  auto m = Model::Load(dir / "model");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  Fixture alone(**m);
+  alone.item.kl = true;
+  CoreStepResult want;
+  ASSERT_TRUE(alone.runner->CoreStep({alone.item}, &want).ok());
+
+  auto kv = std::move(MakeKvManager((*m)->spec(), kLoops, KvLayout::kLastExited, 1, 256, 16)).value();
+  StageRunner runner(**m, *kv, 2);
+  std::vector<DecodeItem> items;
+  for (int32_t s = 0; s < 2; ++s) {
+    const auto seq = kv->AddSequence(static_cast<int64_t>(kPrompt.size()));
+    ASSERT_TRUE(kv->Grow(seq, static_cast<int64_t>(kPrompt.size()) + 1));
+    runner.AddSequence(seq, kLoops);
+    PrefillChunk c;
+    c.seq = seq;
+    c.ids = kPrompt.data();
+    c.n = static_cast<int64_t>(kPrompt.size());
+    c.loops = kLoops;
+    PrefillResult pre;
+    ASSERT_TRUE(runner.Prefill({c}, false, &pre).ok());
+    DecodeItem it;
+    it.slot = s;
+    it.seq = seq;
+    it.pos = c.n;
+    it.token = kToken;
+    it.kl = s == 1;
+    items.push_back(it);
+  }
+  ASSERT_TRUE(runner.Prelude(items).ok());
+  CoreStepResult got;
+  ASSERT_TRUE(runner.CoreStep(items, &got).ok());
+  EXPECT_EQ(got.signals[0].kl, 0.f);
+  EXPECT_GT(got.signals[1].kl, 0.f);
+  EXPECT_NEAR(got.signals[1].kl, want.signals[0].kl, 1e-5 * std::max(1.f, want.signals[0].kl));
+  EXPECT_FLOAT_EQ(got.signals[0].latent_diff, got.signals[1].latent_diff);  // same token, same state
 }
 
 }  // namespace

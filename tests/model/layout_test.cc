@@ -53,7 +53,7 @@ FathomDecode RunFathom(const Model& m, KvLayout layout, int32_t shared_after, in
       CoreStepResult step;
       if (r < depths[i]) {
         it.step = r;
-        EXPECT_TRUE(runner.CoreStep({it}, false, &step).ok());
+        EXPECT_TRUE(runner.CoreStep({it}, &step).ok());
         res.signals.push_back(ouro ? step.signals[0].gate_lambda : step.signals[0].latent_diff);
       } else {
         res.signals.push_back(0.f);

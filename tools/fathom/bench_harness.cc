@@ -84,7 +84,7 @@ Result<BatchDecodeResult> RunBatchDecode(const Model& model, int32_t batch, int6
     FATHOM_RETURN_IF_ERROR(runner.Prelude(items));
     for (int32_t s = 0; s < r; ++s) {
       for (DecodeItem& it : items) it.step = s;
-      FATHOM_RETURN_IF_ERROR(runner.CoreStep(items, false, &step));
+      FATHOM_RETURN_IF_ERROR(runner.CoreStep(items, &step));
     }
     for (DecodeItem& it : items) it.step = r;
     FATHOM_RETURN_IF_ERROR(runner.Coda(items, &coda));
@@ -131,11 +131,11 @@ Result<StepLatency> MeasureCoreStep(const Model& model, int32_t batch, int64_t c
   }
   FATHOM_RETURN_IF_ERROR(runner.Prelude(items));
   CoreStepResult out;
-  FATHOM_RETURN_IF_ERROR(runner.CoreStep(items, false, &out));  // warm-up
+  FATHOM_RETURN_IF_ERROR(runner.CoreStep(items, &out));  // warm-up
   std::vector<double> times;
   for (int i = 0; i < reps; ++i) {
     const double t = Now();
-    FATHOM_RETURN_IF_ERROR(runner.CoreStep(items, false, &out));
+    FATHOM_RETURN_IF_ERROR(runner.CoreStep(items, &out));
     times.push_back(Now() - t);
   }
   std::sort(times.begin(), times.end());
