@@ -14,7 +14,13 @@ import { readFileSync } from "node:fs";
 import OpenAI from "openai";
 
 const spec = JSON.parse(readFileSync(process.argv[2], "utf8"));
-const client = new OpenAI({ baseURL: spec.base_url, apiKey: spec.api_key, maxRetries: 0, timeout: 120000 });
+// Node's own fetch (undici, Node >= 18) instead of the client's default node-fetch@2. On a
+// fresh Debian 12 machine (Node 18), node-fetch@2 failed a complete streamed response with
+// "Premature close" (scripts/fresh-machine-check.sh, 2026-12-01), its known false positive
+// when a keep-alive socket is closed after a complete chunked body (node-fetch#1767,
+// nodejs/node#63989); the openai client takes `fetch` for this.
+const client = new OpenAI({ baseURL: spec.base_url, apiKey: spec.api_key, maxRetries: 0, timeout: 120000,
+                            ...(globalThis.fetch ? { fetch: globalThis.fetch } : {}) });
 
 let failures = 0;
 function check(cond, what) {

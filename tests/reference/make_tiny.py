@@ -382,6 +382,14 @@ def read_f32(path, shape):
     return a.reshape(shape)
 
 
+# Token-by-token and full-prompt runs are both f32, each within the tolerance of the float64
+# formulation (2e-5 dense / Ouro, 5e-5 Huginn), so they agree within twice that. Their
+# difference is summation order, which depends on the BLAS: with OpenBLAS, which
+# python3-torch pulls in on a fresh Debian machine, it reached 2.8e-5 (Ouro, 3 loops); with
+# the reference BLAS it stayed under 1e-5.
+INC_TOL = 2
+
+
 def selftest(work):
     ck = Checker()
     ids_list = [3, 17, 200, 5, 99, 42, 7]
@@ -404,7 +412,7 @@ def selftest(work):
                 out = ref.run(W, cfg, ids)
                 ck.close(f"{tag} logits vs numpy f64", out["logits"], np_dense(Wn, cfg, ids_list), 2e-5)
                 inc = ref.run(W, cfg, ids, incremental=True)
-                ck.close(f"{tag} incremental == full", inc["logits"], out["logits"], 1e-5)
+                ck.close(f"{tag} incremental == full", inc["logits"], out["logits"], INC_TOL * 2e-5)
             elif family == "ouro":
                 for R in (1, 2, 3, 4):
                     out = ref.run(W, cfg, ids, loops=R)
@@ -416,7 +424,7 @@ def selftest(work):
                     ck.close(f"{tag} R={R} pdf sums to 1", out["pdf"].sum(0), np.ones(S), 1e-6)
                     inc = ref.run(W, cfg, ids, loops=R, incremental=True)
                     for k in out:
-                        ck.close(f"{tag} R={R} incremental == full: {k}", inc[k], out[k], 1e-5)
+                        ck.close(f"{tag} R={R} incremental == full: {k}", inc[k], out[k], INC_TOL * 2e-5)
                     if R > 1:  # step t's logits do not depend on the total R
                         ck.close(f"{tag} R={R} step logits prefix == R-1 run", out["step_logits"][:-1],
                                  prev["step_logits"], 1e-6)
@@ -435,9 +443,9 @@ def selftest(work):
                     ck.true(f"{tag} R={R} latent_diff[0] == 1 (zero init)",
                             bool(torch.allclose(out["latent_diff"][0], torch.ones(S), atol=1e-6)))
                     inc = ref.run(W, cfg, ids, loops=R, incremental=True)
-                    ck.close(f"{tag} R={R} incremental == full: logits", inc["logits"], out["logits"], 1e-5)
+                    ck.close(f"{tag} R={R} incremental == full: logits", inc["logits"], out["logits"], INC_TOL * 5e-5)
                     ck.close(f"{tag} R={R} incremental == full: latent_diff", inc["latent_diff"],
-                             out["latent_diff"], 1e-5)
+                             out["latent_diff"], INC_TOL * 5e-5)
                     if R > 1:  # step r's values do not depend on the total R
                         n = prev["kl"].shape[0]
                         ck.close(f"{tag} R={R} kl prefix == R={n} run", out["kl"][:n], prev["kl"], 1e-5)
