@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "engine/exit_spec.h"
+#include "exec/exit_spec.h"
 #include "exec/backend.h"
 #include "kernels/sampling.h"
 #include "kv/kv_layout.h"

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 
+#include "exec/exit_spec.h"
 #include "exec/kv_setup.h"
 #include "exec/stage_runner.h"
 
@@ -15,29 +16,19 @@ double Now() {
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
 }
 
-Result<std::unique_ptr<ExitPolicy>> MakePolicy(const ModelSpec& spec, const GenerateOptions& opt) {
+// generate's threshold and criterion as an ExitSpec, for the one factory (exit_spec.h).
+Result<std::unique_ptr<ExitPolicy>> MakePolicy(const ModelSpec& spec, const GenerateOptions& opt,
+                                               int32_t loops) {
   if (!opt.exit_threshold) return std::unique_ptr<ExitPolicy>();
-  if (!spec.loop.looped)
-    return Status::Error("exit threshold: model_type '" + spec.model_type + "' is not looped");
-  ExitCriterion c = opt.criterion;
-  if (c == ExitCriterion::kAuto)
-    c = spec.loop.exit_signal == ExitSignal::kGateHazard ? ExitCriterion::kHazard
-                                                          : ExitCriterion::kLatentDiff;
-  const double t = *opt.exit_threshold;
-  switch (c) {
-    case ExitCriterion::kHazard:
-      if (spec.loop.exit_signal != ExitSignal::kGateHazard)
-        return Status::Error("exit criterion 'hazard' needs an exit gate (Ouro)");
-      return std::unique_ptr<ExitPolicy>(std::make_unique<CumulativeHazardExit>(t));
-    case ExitCriterion::kLatentDiff:
-      if (spec.loop.exit_signal != ExitSignal::kLatentDiff)
-        return Status::Error("exit criterion 'latent-diff' applies to Huginn-style models");
-      return std::unique_ptr<ExitPolicy>(std::make_unique<LatentDiffExit>(t));
-    case ExitCriterion::kKl:
-      return std::unique_ptr<ExitPolicy>(std::make_unique<KlExit>(t));
-    case ExitCriterion::kAuto: break;
+  ExitSpec exit;
+  exit.threshold = *opt.exit_threshold;
+  switch (opt.criterion) {
+    case ExitCriterion::kAuto: exit.kind = ExitSpec::Kind::kThreshold; break;
+    case ExitCriterion::kHazard: exit.kind = ExitSpec::Kind::kHazard; break;
+    case ExitCriterion::kLatentDiff: exit.kind = ExitSpec::Kind::kLatentDiff; break;
+    case ExitCriterion::kKl: exit.kind = ExitSpec::Kind::kKl; break;
   }
-  return Status::Error("internal: unresolved exit criterion");
+  return MakeExitPolicy(spec, exit, loops, opt.exit_lookahead);
 }
 
 }  // namespace
@@ -72,7 +63,7 @@ Result<GenerateResult> Generate(const Model& model, const GenerateOptions& opt) 
                          std::to_string(opt.max_tokens) + ") exceeds the model's " +
                          std::to_string(model.rope().max_positions()) + " positions");
   FATHOM_ASSIGN_OR_RETURN(int32_t loops, ResolveLoops(spec, opt.loops));
-  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<ExitPolicy> own_policy, MakePolicy(spec, opt));
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<ExitPolicy> own_policy, MakePolicy(spec, opt, loops));
   ExitPolicy* policy = opt.exit_policy ? opt.exit_policy.get() : own_policy.get();
 
   // KV for the whole sequence: every physical layer may hold every position.

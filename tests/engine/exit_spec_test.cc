@@ -1,8 +1,8 @@
-// Per-request exit parameters turned into policies (engine/exit_spec.h): min_loops holds
+// Per-request exit parameters turned into policies (exec/exit_spec.h): min_loops holds
 // a signal policy's exit back to the minimum depth without losing its accumulated state.
 #include <gtest/gtest.h>
 
-#include "engine/exit_spec.h"
+#include "exec/exit_spec.h"
 
 namespace fathom {
 namespace {

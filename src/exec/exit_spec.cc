@@ -1,4 +1,4 @@
-#include "engine/exit_spec.h"
+#include "exec/exit_spec.h"
 
 #include <algorithm>
 

@@ -1,5 +1,6 @@
-// Per-request exit policy parameters (plain data, parsed from a request) and the factory
-// that turns them into an ExitPolicy (exec/exit_policy.h) for one model.
+// Per-request exit policy parameters (plain data, parsed from a request) and the one factory
+// that turns them into an ExitPolicy (exec/exit_policy.h) for one model: the engine, the
+// server and single-sequence generation (generate.h) all build their policies here.
 #pragma once
 
 #include <cstdint>
