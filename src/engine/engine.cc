@@ -85,13 +85,13 @@ Result<RequestId> Engine::AddRequest(RequestSpec r) {
   s.stop_ids = r.stop_ids;
   if (r.stop_at_eos && spec.eos_id >= 0) s.stop_ids.push_back(spec.eos_id);
   FATHOM_ASSIGN_OR_RETURN(RequestId id, sched_.AddRequest(std::move(s)));
-  FATHOM_CHECK(id == base_ + static_cast<RequestId>(reqs_.size()));
+  FATHOM_CHECK(id == reqs_.next_id());
   Req q;
   q.loops = loops;
   q.sampler = std::make_unique<Sampler>(r.seed);
   q.policy = std::move(policy);
   q.spec = std::move(r);
-  reqs_.push_back(std::move(q));
+  reqs_.Add(std::move(q));
   return id;
 }
 
@@ -114,14 +114,10 @@ void Engine::Forget(RequestId id) {
   sched_.Forget(id);  // checks that it is a finished request
   Req& r = At(id);
   FATHOM_CHECK(r.seq < 0);
-  r.forgotten = true;
   r.spec = RequestSpec();
   r.sampler.reset();
   r.policy.reset();
-  while (!reqs_.empty() && reqs_.front().forgotten) {
-    reqs_.pop_front();
-    ++base_;
-  }
+  reqs_.Forget(id);
 }
 
 DecodeItem Engine::Item(const WorkItem& w) {

@@ -26,6 +26,7 @@
 #include "kv/kv_layout.h"
 #include "kv/kv_manager.h"
 #include "model/model.h"
+#include "sched/request_table.h"
 #include "sched/scheduler.h"
 
 namespace fathom {
@@ -87,7 +88,7 @@ class Engine {
 
   const std::vector<TokenEvent>& events() const { return events_; }
   const SchedRequestState& request(RequestId id) const { return sched_.request(id); }
-  const std::string& name(RequestId id) const { return reqs_[static_cast<size_t>(id - base_)].spec.name; }
+  const std::string& name(RequestId id) const { return reqs_[id].spec.name; }
   // Drops a finished (or cancelled) request's state once its result was read; request(id)
   // and name(id) are invalid afterwards. Long-running servers call it so that memory is
   // bounded by the requests in flight (see Scheduler::Forget).
@@ -105,14 +106,13 @@ class Engine {
     std::unique_ptr<Sampler> sampler;
     std::unique_ptr<ExitPolicy> policy;
     KvManager::SeqId seq = -1;
-    bool forgotten = false;
   };
   Engine(const Model& model, const EngineOptions& opt, int32_t max_depth, std::unique_ptr<KvManager> kv);
   Status Execute(const Plan& plan, Outcome* out);
   void ReleaseKv(RequestId id);
   DecodeItem Item(const WorkItem& w);
 
-  Req& At(RequestId id) { return reqs_[static_cast<size_t>(id - base_)]; }
+  Req& At(RequestId id) { return reqs_[id]; }
 
   const Model& model_;
   EngineOptions opt_;
@@ -120,8 +120,7 @@ class Engine {
   std::unique_ptr<KvManager> kv_;
   std::unique_ptr<Backend> runner_;  // executes the plans' stages (CPU: StageRunner)
   Scheduler sched_;
-  std::deque<Req> reqs_;  // ids base_, base_ + 1, ... (as the scheduler's)
-  RequestId base_ = 0;
+  RequestTable<Req> reqs_;  // the same ids as the scheduler's
   EngineStats stats_;
   // Reused every step.
   Plan plan_;

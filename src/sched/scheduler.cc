@@ -68,8 +68,7 @@ Result<RequestId> Scheduler::AddRequest(SchedRequest r) {
   q.spec = std::move(r);
   q.arrival = id;
   q.queue = Req::Queue::kWaiting;
-  reqs_.push_back(std::move(q));
-  forgotten_.push_back(false);
+  reqs_.Add(std::move(q));
   active_.push_back(id);
   waiting_.push_back(id);
   return id;
@@ -276,7 +275,7 @@ void Scheduler::Emit(RequestId id, int32_t token, int32_t depth, std::vector<Tok
 }
 
 bool Scheduler::Cancel(RequestId id, std::vector<TokenEvent>* events) {
-  if (id < base_ || id >= num_requests() || request(id).done) return false;
+  if (!reqs_.Holds(id) || request(id).done) return false;
   Finish(id, FinishReason::kCancelled);
   events->push_back({id, -1, 0, FinishReason::kCancelled});
   return true;
@@ -357,23 +356,17 @@ void Scheduler::Update(const Plan& plan, const Outcome& out, std::vector<TokenEv
 }
 
 void Scheduler::Forget(RequestId id) {
-  FATHOM_CHECK_MSG(id >= base_ && id < num_requests() && request(id).done,
-                   "Forget(" << id << "): not a finished request");
-  forgotten_[static_cast<size_t>(id - base_)] = true;
+  FATHOM_CHECK_MSG(reqs_.Holds(id) && request(id).done, "Forget(" << id << "): not a finished request");
   Req& r = At(id);
   r.tokens = {};
   r.depths = {};
   r.spec.stop_ids = {};
-  while (!reqs_.empty() && forgotten_.front()) {
-    reqs_.pop_front();
-    forgotten_.pop_front();
-    ++base_;
-  }
+  reqs_.Forget(id);
 }
 
 void Scheduler::CheckInvariants() const {
   int64_t held = 0;
-  for (RequestId id = base_; id < num_requests(); ++id) {
+  for (RequestId id = reqs_.first_id(); id < num_requests(); ++id) {
     const Req& r = request(id);
     held += Blocks(r, r.kv_len);
     const int in = int(Contains(waiting_, id)) + int(Contains(ready_, id)) + int(Contains(loop_, id)) +

@@ -49,6 +49,7 @@
 
 #include "core/status.h"
 #include "sched/plan.h"
+#include "sched/request_table.h"
 
 namespace fathom {
 
@@ -111,15 +112,15 @@ class Scheduler {
 
   bool HasWork() const { return !active_.empty(); }
   // A request added and not yet forgotten.
-  const SchedRequestState& request(RequestId id) const { return reqs_[static_cast<size_t>(id - base_)]; }
+  const SchedRequestState& request(RequestId id) const { return reqs_[id]; }
   // Ids issued so far (ids are never reused).
-  int64_t num_requests() const { return base_ + static_cast<int64_t>(reqs_.size()); }
+  int64_t num_requests() const { return reqs_.next_id(); }
   // Drops a finished request's state (a long-running server calls this once it has read
   // the result). Storage is reclaimed in id order: up to the oldest request not forgotten,
   // so memory stays bounded by the requests in flight, not by the requests ever served.
   void Forget(RequestId id);
   // Requests whose state is still stored (in flight, or finished and not yet reclaimed).
-  int64_t retained() const { return static_cast<int64_t>(reqs_.size()); }
+  int64_t retained() const { return reqs_.held(); }
   const std::vector<RequestId>& waiting() const { return waiting_; }
   const std::vector<RequestId>& ready() const { return ready_; }
   const std::vector<RequestId>& looping() const { return loop_; }
@@ -151,12 +152,10 @@ class Scheduler {
   void Emit(RequestId id, int32_t token, int32_t depth, std::vector<TokenEvent>* events);
   void Finish(RequestId id, FinishReason why);
 
-  Req& At(RequestId id) { return reqs_[static_cast<size_t>(id - base_)]; }
+  Req& At(RequestId id) { return reqs_[id]; }
 
   SchedConfig cfg_;
-  std::deque<Req> reqs_;      // ids base_, base_ + 1, ...
-  std::deque<bool> forgotten_;
-  RequestId base_ = 0;
+  RequestTable<Req> reqs_;
   std::vector<RequestId> active_;  // not finished
   std::vector<RequestId> waiting_, ready_, loop_, coda_;
   std::vector<RequestId> slot_owner_;  // [width], -1 free
