@@ -16,28 +16,34 @@ namespace {
 const std::vector<int32_t> kPrompt = {12, 200, 7, 91, 45};
 constexpr int32_t kToken = 77, kLoops = 4;
 
+// `n` sequences with the same prompt, each prefilled, and the same decode token kToken
+// after it through the prelude in slot i: items[i] is ready for core step 0.
 struct Fixture {
   std::unique_ptr<KvManager> kv;
   std::unique_ptr<StageRunner> runner;
-  DecodeItem item;
-  explicit Fixture(const Model& m) {
+  std::vector<DecodeItem> items;
+  Fixture(const Model& m, int32_t n) {
     kv = std::move(MakeKvManager(m.spec(), kLoops, KvLayout::kLastExited, 1, 256, 16)).value();
-    runner = std::make_unique<StageRunner>(m, *kv, 1);
-    const auto seq = kv->AddSequence(static_cast<int64_t>(kPrompt.size()));
-    EXPECT_TRUE(kv->Grow(seq, static_cast<int64_t>(kPrompt.size()) + 1));
-    runner->AddSequence(seq, kLoops);
-    PrefillChunk c;
-    c.seq = seq;
-    c.ids = kPrompt.data();
-    c.n = static_cast<int64_t>(kPrompt.size());
-    c.loops = kLoops;
-    PrefillResult pre;
-    EXPECT_TRUE(runner->Prefill({c}, false, &pre).ok());
-    item.slot = 0;
-    item.seq = seq;
-    item.pos = c.n;
-    item.token = kToken;
-    EXPECT_TRUE(runner->Prelude({item}).ok());
+    runner = std::make_unique<StageRunner>(m, *kv, n);
+    for (int32_t i = 0; i < n; ++i) {
+      const auto seq = kv->AddSequence(static_cast<int64_t>(kPrompt.size()));
+      EXPECT_TRUE(kv->Grow(seq, static_cast<int64_t>(kPrompt.size()) + 1));
+      runner->AddSequence(seq, kLoops);
+      PrefillChunk c;
+      c.seq = seq;
+      c.ids = kPrompt.data();
+      c.n = static_cast<int64_t>(kPrompt.size());
+      c.loops = kLoops;
+      PrefillResult pre;
+      EXPECT_TRUE(runner->Prefill({c}, false, &pre).ok());
+      DecodeItem it;
+      it.slot = i;
+      it.seq = seq;
+      it.pos = c.n;
+      it.token = kToken;
+      items.push_back(it);
+    }
+    EXPECT_TRUE(runner->Prelude(items).ok());
   }
 };
 
@@ -47,13 +53,13 @@ TEST(KlSignalTest, MatchesReferenceAtEveryStep) {
   auto m = Model::Load(dir / "model");
   ASSERT_TRUE(m.ok()) << m.status().message();
 
-  Fixture f(**m);
+  Fixture f(**m, 1);
   std::vector<float> kl;
   for (int32_t r = 0; r < kLoops; ++r) {
-    f.item.step = r;
-    f.item.kl = true;
+    f.items[0].step = r;
+    f.items[0].kl = true;
     CoreStepResult out;
-    ASSERT_TRUE(f.runner->CoreStep({f.item}, &out).ok());
+    ASSERT_TRUE(f.runner->CoreStep(f.items, &out).ok());
     kl.push_back(out.signals[0].kl);
   }
   testing::RunReference(dir / "model", kPrompt, kLoops, dir.path(),
@@ -75,36 +81,15 @@ TEST(KlSignalTest, OnlyTheRowsThatAskForIt) {
   testing::MakeUpstreamTinyModel("huginn", dir / "model", DType::kF32);
   auto m = Model::Load(dir / "model");
   ASSERT_TRUE(m.ok()) << m.status().message();
-  Fixture alone(**m);
-  alone.item.kl = true;
+  Fixture alone(**m, 1);
+  alone.items[0].kl = true;
   CoreStepResult want;
-  ASSERT_TRUE(alone.runner->CoreStep({alone.item}, &want).ok());
+  ASSERT_TRUE(alone.runner->CoreStep(alone.items, &want).ok());
 
-  auto kv = std::move(MakeKvManager((*m)->spec(), kLoops, KvLayout::kLastExited, 1, 256, 16)).value();
-  StageRunner runner(**m, *kv, 2);
-  std::vector<DecodeItem> items;
-  for (int32_t s = 0; s < 2; ++s) {
-    const auto seq = kv->AddSequence(static_cast<int64_t>(kPrompt.size()));
-    ASSERT_TRUE(kv->Grow(seq, static_cast<int64_t>(kPrompt.size()) + 1));
-    runner.AddSequence(seq, kLoops);
-    PrefillChunk c;
-    c.seq = seq;
-    c.ids = kPrompt.data();
-    c.n = static_cast<int64_t>(kPrompt.size());
-    c.loops = kLoops;
-    PrefillResult pre;
-    ASSERT_TRUE(runner.Prefill({c}, false, &pre).ok());
-    DecodeItem it;
-    it.slot = s;
-    it.seq = seq;
-    it.pos = c.n;
-    it.token = kToken;
-    it.kl = s == 1;
-    items.push_back(it);
-  }
-  ASSERT_TRUE(runner.Prelude(items).ok());
+  Fixture both(**m, 2);
+  both.items[1].kl = true;
   CoreStepResult got;
-  ASSERT_TRUE(runner.CoreStep(items, &got).ok());
+  ASSERT_TRUE(both.runner->CoreStep(both.items, &got).ok());
   EXPECT_EQ(got.signals[0].kl, 0.f);
   EXPECT_GT(got.signals[1].kl, 0.f);
   EXPECT_NEAR(got.signals[1].kl, want.signals[0].kl, 1e-5 * std::max(1.f, want.signals[0].kl));
