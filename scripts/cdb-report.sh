@@ -16,10 +16,11 @@ for fam in ouro huginn; do
 done
 if [ $quick = 1 ]; then n_alpaca=12; n_sharegpt=4; batches=1,2,4,8; contexts=128,512; rates=4,16; n_online=16; repeat=1
 else n_alpaca=64; n_sharegpt=16; batches=1,2,4,8,16,32; contexts=128,512,2048; rates=2,4,8,16,32; n_online=64; repeat=3; fi
-{ echo "date: $(date -u +%F)"; lscpu | grep -E "Model name|^CPU\(s\)"; echo "quick: $quick"; } > "$out/meta.txt"
+{ echo "date: $(date -u +%F)"; lscpu | grep -E "Model name|^CPU\(s\)"; echo "quick: $quick"; echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"; } > "$out/meta.txt"
 $f bench offline --model build/models/ouro-small --workload alpaca --requests $n_alpaca --k 1 --repeat $repeat --json > "$out/offline-ouro-alpaca.jsonl"
 $f bench offline --model build/models/ouro-small --workload sharegpt --requests $n_sharegpt --k 1 --repeat $repeat --json > "$out/offline-ouro-sharegpt.jsonl"
 $f bench offline --model build/models/huginn-small --workload alpaca --requests $n_alpaca --k 2 --repeat $repeat --json > "$out/offline-huginn-alpaca.jsonl"
 $f bench step-latency --model build/models/ouro-small --batch $batches --context $contexts --reps 3 --threads 1 --fit --json > "$out/step-latency.json"
 $f bench online --model build/models/ouro-small --workload alpaca --rates $rates --requests $n_online --json > "$out/online.jsonl"
+echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/meta.txt"
 /usr/bin/python3 bench/report.py "$out"

@@ -1,5 +1,7 @@
 #include "bench/driver.h"
 
+#include <time.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -37,6 +39,12 @@ RequestSpec ReplayRequest(size_t i, std::vector<int32_t> prompt, int64_t output,
 std::vector<std::vector<int32_t>> RecordedSlices(const ExitTraceOptions& exits, const std::vector<int64_t>& outputs) {
   if (exits.recorded.depths.empty()) return {};
   return SliceExitTrace(exits.recorded, outputs);
+}
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 }  // namespace
@@ -85,6 +93,7 @@ Result<RunResult> RunWorkload(const Model& model, const EngineOptions& opt,
   for (const RequestSpec& r : requests) total_tokens += r.max_tokens;
   std::vector<size_t> index_of;  // engine RequestId -> request index
   const auto t0 = Clock::now();
+  const double cpu0 = ProcessCpuSeconds();
   auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   size_t next = 0;
   int64_t done_tokens = 0;
@@ -121,6 +130,7 @@ Result<RunResult> RunWorkload(const Model& model, const EngineOptions& opt,
     }
   }
   res.wall_seconds = now();
+  res.cpu_seconds = ProcessCpuSeconds() - cpu0;
   res.stats = engine->stats();
   const EngineStats& st = res.stats;
   res.mean_depth = st.decode_tokens ? static_cast<double>(st.depth_sum) / static_cast<double>(st.decode_tokens) : 0;

@@ -45,10 +45,17 @@ struct RunResult {
   std::string label;
   EngineStats stats;
   double wall_seconds = 0;
+  // CPU time of the whole process over the run (every thread). On a shared host another
+  // process's time slices lengthen the wall time but not this, so throughput ratios taken
+  // over CPU time spread less from run to run (caches and memory bandwidth still shared).
+  double cpu_seconds = 0;
   double mean_depth = 0;     // of decode tokens (coda-emitted)
   double prefill_share = 0;  // prefill stage time / engine time
   double output_tok_s() const {
     return wall_seconds > 0 ? static_cast<double>(stats.output_tokens) / wall_seconds : 0;
+  }
+  double output_tok_cpu_s() const {
+    return cpu_seconds > 0 ? static_cast<double>(stats.output_tokens) / cpu_seconds : 0;
   }
   std::vector<RequestTiming> requests;
 };

@@ -1,5 +1,6 @@
 #include "bench/speedup.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -17,16 +18,23 @@ double EndToEndBoundRefined(double alpha, double s_dec, double f1) {
   return 1.0 / (alpha + (1.0 - alpha) * w);
 }
 
-Result<MeasuredBound> MeasuredCostBound(const StageCosts& cb, double r_max, double mean_depth) {
-  if (cb.prelude_rows <= 0 || cb.coda_rows <= 0 || cb.core_rows <= 0)
+Result<MeasuredBound> MeasuredCostBound(const StageCosts& cb, int64_t prompt_tokens, int64_t decode_tokens,
+                                        double r_max, double mean_depth) {
+  if (cb.prelude_rows <= 0 || cb.coda_rows <= 0 || cb.core_rows <= 0 || decode_tokens <= 0)
     return Status::Error("measured bound: CB ran no decode tokens (prelude, core or coda rows are 0)");
-  if (!(cb.total_s > 0) || !(cb.core_s > 0)) return Status::Error("measured bound: CB's run took no time");
+  const double decode_s = cb.prelude_s + cb.core_s + cb.coda_s;
+  if (!(cb.total_s > 0) || !(decode_s > 0)) return Status::Error("measured bound: CB's run took no time");
   MeasuredBound b;
+  b.cp = cb.prefill_rows > 0 ? cb.prefill_s / static_cast<double>(cb.prefill_rows) : 0;
   b.c0 = cb.prelude_s / static_cast<double>(cb.prelude_rows) + cb.coda_s / static_cast<double>(cb.coda_rows);
   b.cr = cb.core_s / static_cast<double>(cb.core_rows);
   b.alpha = cb.prefill_s / cb.total_s;
   b.s_dec = DecodeSpeedupBound(b.c0, b.cr, r_max, mean_depth);
-  b.s_e2e = EndToEndBound(b.alpha, b.s_dec);
+  const double other = 1 + std::max(0.0, cb.total_s - cb.prefill_s - decode_s) / decode_s;  // 1 + O / D
+  const double prefill = b.cp * static_cast<double>(prompt_tokens);
+  const auto n = static_cast<double>(decode_tokens);
+  b.s_e2e = cb.total_s / (prefill + n * (b.c0 + mean_depth * b.cr) * other);
+  b.recompute_share = 1 - (prefill + n * (b.c0 + r_max * b.cr) * other) / cb.total_s;
   return b;
 }
 

@@ -114,41 +114,60 @@ TEST(Speedup, HandComputed) {
 }
 
 TEST(Speedup, MeasuredCostBoundByHand) {
-  // CB's run: 2 s of prefill; prelude 0.5 s over 100 rows and coda 1.5 s over 50 rows (a
-  // replay after preemption can make them differ), so c_0 = 0.005 + 0.03 = 0.035 s per
-  // token; core 16 s over 400 rows, c_r = 0.04 s; 20 s in all (0.5 s of scheduling), so
-  // alpha = 0.1. At r_max 4 and d 2: S_dec = (0.035 + 0.16) / (0.035 + 0.08) = 39/23 and
-  // S_e2e = 1 / (0.1 + 0.9 * 23/39).
+  // CB's run: 200 prompt tokens prefilled in 2 s (c_p = 0.01 s); 100 decode tokens through
+  // the prelude (0.5 s) and the coda (1.5 s): c_0 = 0.005 + 0.015 = 0.02 s; 400 core rows
+  // in 16 s: c_r = 0.04 s; 20.5 s in all, so 0.5 s of scheduling (O / D = 0.5 / 18) and
+  // alpha = 2 / 20.5. At r_max 4, d 2: S_dec = (0.02 + 0.16) / (0.02 + 0.08) = 1.8;
+  // a perfect CDB takes 2 + 100 x 0.1 x (1 + 0.5 / 18) s, so S_e2e = 20.5 / that, which
+  // is DESIGN.md §5's 1 / (alpha + (1 - alpha) / S_dec).
   StageCosts cb;
-  cb.prefill_s = 2, cb.prelude_s = 0.5, cb.coda_s = 1.5, cb.core_s = 16, cb.total_s = 20;
-  cb.prelude_rows = 100, cb.coda_rows = 50, cb.core_rows = 400;
-  auto b = MeasuredCostBound(cb, 4, 2);
+  cb.prefill_s = 2, cb.prelude_s = 0.5, cb.coda_s = 1.5, cb.core_s = 16, cb.total_s = 20.5;
+  cb.prefill_rows = 200, cb.prelude_rows = 100, cb.coda_rows = 100, cb.core_rows = 400;
+  auto b = MeasuredCostBound(cb, 200, 100, 4, 2);
   ASSERT_TRUE(b.ok()) << b.status().message();
-  EXPECT_NEAR(b->c0, 0.035, 1e-15);
+  EXPECT_NEAR(b->cp, 0.01, 1e-15);
+  EXPECT_NEAR(b->c0, 0.02, 1e-15);
   EXPECT_NEAR(b->cr, 0.04, 1e-15);
-  EXPECT_NEAR(b->alpha, 0.1, 1e-15);
-  EXPECT_NEAR(b->s_dec, 39.0 / 23.0, 1e-12);
-  EXPECT_NEAR(b->s_e2e, 1.0 / (0.1 + 0.9 * 23.0 / 39.0), 1e-12);
-  // It is the time CB took over the time a perfect CDB at CB's per-row costs would take:
-  // the same prefill, the rest scaled by the decode work, 100 tokens x (c_0 + d c_r) of
-  // 100 x (c_0 + r_max c_r) (scheduling scaled with it).
-  const double perfect = 2 + 18 * (0.035 + 2 * 0.04) / (0.035 + 4 * 0.04);
-  EXPECT_NEAR(b->s_e2e, 20 / perfect, 1e-12);
-  // No exits: no speed-up; all of the time in the core: r_max / d.
-  EXPECT_NEAR(MeasuredCostBound(cb, 4, 4)->s_e2e, 1.0, 1e-15);
+  EXPECT_NEAR(b->alpha, 2 / 20.5, 1e-15);
+  EXPECT_NEAR(b->s_dec, 1.8, 1e-12);
+  const double perfect = 2 + 100 * 0.1 * (1 + 0.5 / 18);
+  EXPECT_NEAR(b->s_e2e, 20.5 / perfect, 1e-12);
+  EXPECT_NEAR(b->s_e2e, 1 / (2 / 20.5 + (18.5 / 20.5) / 1.8), 1e-12);
+  EXPECT_NEAR(b->recompute_share, 0, 1e-12);
+  // CB preempted a request and recomputed 60 prompt rows and 50 tokens (each through the
+  // prelude, 4 core steps and the coda) at the same per-row costs, with scheduling in
+  // proportion: 30.35 s. The perfect CDB is the same, so the bound rises to 30.35 / perfect
+  // and CB's useful 20.5 s leave 1 - 20.5 / 30.35 recomputed.
+  StageCosts pre = cb;
+  pre.prefill_s = 2.6, pre.prefill_rows = 260;
+  pre.prelude_s = 0.75, pre.coda_s = 2.25, pre.prelude_rows = pre.coda_rows = 150;
+  pre.core_s = 24, pre.core_rows = 600;
+  pre.total_s = 2.6 + 0.75 + 24 + 2.25 + 0.75;
+  b = MeasuredCostBound(pre, 200, 100, 4, 2);
+  ASSERT_TRUE(b.ok());
+  EXPECT_NEAR(b->s_dec, 1.8, 1e-12);
+  EXPECT_NEAR(b->s_e2e, 30.35 / perfect, 1e-12);
+  EXPECT_NEAR(b->recompute_share, 1 - 20.5 / 30.35, 1e-12);
+  // Prelude and coda rows are divided separately (here: a replayed token's coda skipped).
+  StageCosts odd = cb;
+  odd.coda_rows = 50;
+  EXPECT_NEAR(MeasuredCostBound(odd, 200, 100, 4, 2)->c0, 0.005 + 0.03, 1e-15);
+  // No exits: no speed-up; no prefill and all of the time in the core: r_max / d.
+  EXPECT_NEAR(MeasuredCostBound(cb, 200, 100, 4, 4)->s_e2e, 1.0, 1e-12);
   StageCosts core_only = cb;
   core_only.prefill_s = core_only.prelude_s = core_only.coda_s = 0, core_only.total_s = 16;
-  EXPECT_NEAR(MeasuredCostBound(core_only, 4, 2)->s_e2e, 2.0, 1e-12);
+  EXPECT_NEAR(MeasuredCostBound(core_only, 200, 100, 4, 2)->s_e2e, 2.0, 1e-12);
   // Nothing decoded, or no time: no bound.
   StageCosts none = cb;
   none.coda_rows = 0;
-  EXPECT_FALSE(MeasuredCostBound(none, 4, 2).ok());
+  EXPECT_FALSE(MeasuredCostBound(none, 200, 100, 4, 2).ok());
   none = cb;
   none.core_rows = 0;
-  EXPECT_FALSE(MeasuredCostBound(none, 4, 2).ok());
+  EXPECT_FALSE(MeasuredCostBound(none, 200, 100, 4, 2).ok());
+  EXPECT_FALSE(MeasuredCostBound(cb, 200, 0, 4, 2).ok());
   none = cb;
   none.total_s = 0;
-  EXPECT_FALSE(MeasuredCostBound(none, 4, 2).ok());
+  EXPECT_FALSE(MeasuredCostBound(none, 200, 100, 4, 2).ok());
 }
 
 TEST(LeastSquares, RecoversExactPlaneAndRejectsSingular) {

@@ -147,6 +147,11 @@ TEST_F(BenchCli, OfflineNumbersFollowFromTheirInputs) {
                 "control_ratio_to_cb");
       EXPECT_EQ(Get(j, "ratio_to_cb_min"), Get(j, "ratio_to_cb"));  // one round
       EXPECT_EQ(Get(j, "ratio_to_cb_max"), Get(j, "ratio_to_cb"));
+      // The same ratio over the process's CPU time (one thread: at most the wall time).
+      EXPECT_GT(Get(j, "cpu_seconds"), 0);
+      EXPECT_LE(Get(j, "cpu_seconds"), Get(j, "seconds") * 1.01 + 0.01);
+      const double ratio_cpu = Get(cb, "cpu_seconds") / Get(j, "cpu_seconds");  // the same tokens
+      ExpectRel(Get(j, "ratio_to_cb_cpu"), ratio_cpu, "ratio_to_cb_cpu");
       // The FLOP bounds from the reported F_0, F_r, r_max and d.
       const double s_dec = SDec(Get(j, "f0"), Get(j, "fr"), r_max, d);
       ExpectRel(Get(j, "s_dec"), s_dec, "s_dec");
@@ -160,14 +165,53 @@ TEST_F(BenchCli, OfflineNumbersFollowFromTheirInputs) {
       ExpectRel(Get(j, "cr_measured_s"), cr, "cr_measured_s");
       const double s_dec_m = SDec(c0, cr, r_max, d);
       ExpectRel(Get(j, "s_dec_measured"), s_dec_m, "s_dec_measured");
-      ExpectRel(Get(j, "s_e2e_measured"), SE2e(Get(cb, "alpha"), s_dec_m), "s_e2e_measured");
+      ExpectRel(Get(j, "s_e2e_measured"), SE2e(Get(cb, "alpha"), s_dec_m), "s_e2e_measured");  // no preemption
+      EXPECT_NEAR(Get(j, "cb_recompute_share"), 0, 1e-12);
       ExpectRel(Get(j, "fraction_of_s_e2e_measured"), ratio / SE2e(Get(cb, "alpha"), s_dec_m),
                 "fraction_of_s_e2e_measured");
+      ExpectRel(Get(j, "fraction_of_s_e2e_measured_cpu"), ratio_cpu / SE2e(Get(cb, "alpha"), s_dec_m),
+                "fraction_of_s_e2e_measured_cpu");
       // With one round the round's values are the reported ones.
       ASSERT_EQ(j["rounds"].size(), 1u);
       EXPECT_EQ(Get(j["rounds"][0], "ratio_to_cb"), Get(j, "ratio_to_cb"));
       EXPECT_EQ(Get(j["rounds"][0], "s_e2e_measured"), Get(j, "s_e2e_measured"));
     }
+  }
+}
+
+TEST_F(BenchCli, OfflineMeasuredBoundCountsOnlyUsefulWork) {
+  // A KV pool of 1 MiB makes CB preempt (deterministically: all requests arrive at t = 0),
+  // and recompute prompt rows and tokens. The bound is CB's time over a perfect CDB's,
+  // which does the useful work only at CB's per-row costs.
+  CommandResult r = Fathom("bench offline --model " + *dir_ / "ouro" +
+                           " --requests 12 --mean-depth 3 --kv-mb 1 --schedulers cdb-refill --no-control --quiet --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = JsonLines(r.output);
+  ASSERT_EQ(rows.size(), 2u) << r.output;
+  const nlohmann::json& cb = rows[0];
+  const nlohmann::json& b = cb["breakdown"];
+  ASSERT_GT(cb["preemptions"].get<int64_t>(), 0) << "the pool no longer forces a preemption: shrink --kv-mb";
+  const auto prompt = cb["prompt_tokens"].get<int64_t>(), n = cb["output_tokens"].get<int64_t>() - 12;
+  EXPECT_GT(Rows(b, "prefill"), prompt);  // recomputed prompt rows
+  const double t = Seconds(b, "prefill") + Seconds(b, "prelude") + Seconds(b, "core") + Seconds(b, "coda") +
+                   Get(b, "schedule_seconds");
+  const double cp = Seconds(b, "prefill") / static_cast<double>(Rows(b, "prefill"));
+  const double c0 = Seconds(b, "prelude") / static_cast<double>(Rows(b, "prelude")) +
+                    Seconds(b, "coda") / static_cast<double>(Rows(b, "coda"));
+  const double cr = Seconds(b, "core") / static_cast<double>(Rows(b, "core"));
+  const double d_s = Seconds(b, "prelude") + Seconds(b, "core") + Seconds(b, "coda");
+  const double other = 1 + Get(b, "schedule_seconds") / d_s;
+  const double r_max = Get(cb, "r_max"), d = Get(rows[1], "mean_depth");
+  const double perfect = cp * static_cast<double>(prompt) + static_cast<double>(n) * (c0 + d * cr) * other;
+  const double useful = cp * static_cast<double>(prompt) + static_cast<double>(n) * (c0 + r_max * cr) * other;
+  for (const auto& j : rows) {
+    ExpectRel(Get(j, "cp_measured_s"), cp, "cp_measured_s");
+    EXPECT_NEAR(Get(j, "s_e2e_measured"), t / perfect, 1e-9) << "s_e2e_measured";
+    EXPECT_NEAR(Get(j, "cb_recompute_share"), 1 - useful / t, 1e-9) << "cb_recompute_share";
+    EXPECT_GT(Get(j, "cb_recompute_share"), 0);
+    // Above the formula that takes all of CB's time as useful work.
+    EXPECT_GT(Get(j, "s_e2e_measured"), SE2e(Get(cb, "alpha"), SDec(c0, cr, r_max, d)));
+    ExpectRel(Get(j, "fraction_of_s_e2e_measured"), Get(j, "ratio_to_cb") / Get(j, "s_e2e_measured"), "fraction");
   }
 }
 
@@ -294,7 +338,7 @@ TEST_F(BenchCli, OfflineRepeatReportsTheMedianOfRounds) {
     EXPECT_EQ(j["repeats"], 3);
     const nlohmann::json& rounds = j["rounds"];
     ASSERT_EQ(rounds.size(), 3u);
-    std::vector<double> tok_s, ratios, control, fractions, s_e2e_m, cr;
+    std::vector<double> tok_s, ratios, control, fractions, s_e2e_m, cr, ratios_cpu, fractions_cpu;
     for (size_t i = 0; i < 3; ++i) {
       const nlohmann::json& pr = rounds[i];
       const nlohmann::json& cb_round = cb["rounds"][i];
@@ -309,6 +353,10 @@ TEST_F(BenchCli, OfflineRepeatReportsTheMedianOfRounds) {
       ExpectRel(Get(pr, "s_e2e_measured"), SE2e(alphas[i], s_dec_m), "round s_e2e_measured");
       ExpectRel(Get(pr, "fraction_of_s_e2e_measured"), Get(pr, "ratio_to_cb") / Get(pr, "s_e2e_measured"),
                 "round fraction");
+      // Over CPU time: the same tokens, so the ratio is CB's CPU seconds over this one's.
+      ExpectRel(Get(pr, "ratio_to_cb_cpu"), Get(cb_round, "cpu_seconds") / Get(pr, "cpu_seconds"), "round cpu ratio");
+      ExpectRel(Get(pr, "fraction_of_s_e2e_measured_cpu"), Get(pr, "ratio_to_cb_cpu") / Get(pr, "s_e2e_measured"),
+                "round cpu fraction");
       EXPECT_EQ(Get(pr, "cr_measured_s"), Get(cb_round, "cr_measured_s"));  // the same bound for every row
       tok_s.push_back(Get(pr, "output_tok_s"));
       ratios.push_back(Get(pr, "ratio_to_cb"));
@@ -316,6 +364,8 @@ TEST_F(BenchCli, OfflineRepeatReportsTheMedianOfRounds) {
       fractions.push_back(Get(pr, "fraction_of_s_e2e_measured"));
       s_e2e_m.push_back(Get(pr, "s_e2e_measured"));
       cr.push_back(Get(pr, "cr_measured_s"));
+      ratios_cpu.push_back(Get(pr, "ratio_to_cb_cpu"));
+      fractions_cpu.push_back(Get(pr, "fraction_of_s_e2e_measured_cpu"));
     }
     // The reported values are the medians of the rounds, with their min and max.
     EXPECT_EQ(Get(j, "output_tok_s"), Middle(tok_s));
@@ -330,6 +380,10 @@ TEST_F(BenchCli, OfflineRepeatReportsTheMedianOfRounds) {
     EXPECT_EQ(Get(j, "fraction_of_s_e2e_measured_max"), *std::max_element(fractions.begin(), fractions.end()));
     EXPECT_EQ(Get(j, "s_e2e_measured"), Middle(s_e2e_m));
     EXPECT_EQ(Get(j, "cr_measured_s"), Middle(cr));
+    EXPECT_EQ(Get(j, "ratio_to_cb_cpu"), Middle(ratios_cpu));
+    EXPECT_EQ(Get(j, "ratio_to_cb_cpu_min"), *std::min_element(ratios_cpu.begin(), ratios_cpu.end()));
+    EXPECT_EQ(Get(j, "ratio_to_cb_cpu_max"), *std::max_element(ratios_cpu.begin(), ratios_cpu.end()));
+    EXPECT_EQ(Get(j, "fraction_of_s_e2e_measured_cpu"), Middle(fractions_cpu));
     // The per-round core costs are CB's: their mean is CB's breakdown (seconds averaged
     // over the rounds, the same rows every round) per row.
     const nlohmann::json& cbb = cb["breakdown"];

@@ -49,6 +49,7 @@ bench::StageCosts CostsOf(const bench::RunResult& r) {
   c.prelude_s = at(Stage::kPrelude).seconds;
   c.core_s = at(Stage::kCore).seconds;
   c.coda_s = at(Stage::kCoda).seconds;
+  c.prefill_rows = at(Stage::kPrefill).rows;
   c.prelude_rows = at(Stage::kPrelude).rows;
   c.core_rows = at(Stage::kCore).rows;
   c.coda_rows = at(Stage::kCoda).rows;
@@ -226,9 +227,10 @@ int RunBenchOffline(const std::vector<std::string>& args) {
     if (Status st = run_round(round, control_reqs, " (no exits)", &control_runs[round]); !st.ok())
       return fail_run(st);
   }
-  // Per-mode series over the rounds: tok/s, ratio to CB within the round, CB's prefill share.
+  // Per-mode series over the rounds: tok/s, ratio to CB within the round (over wall time,
+  // and over the process's CPU time), CB's prefill share.
   struct Series {
-    std::vector<double> tok_s, ratio, control_ratio;
+    std::vector<double> tok_s, ratio, control_ratio, ratio_cpu, control_ratio_cpu;
   };
   std::vector<Series> series(n_modes);
   std::vector<double> alphas;
@@ -237,9 +239,13 @@ int RunBenchOffline(const std::vector<std::string>& args) {
     for (size_t i = 0; i < n_modes; ++i) {
       series[i].tok_s.push_back(main_runs[round][i].output_tok_s());
       series[i].ratio.push_back(main_runs[round][i].output_tok_s() / main_runs[round][0].output_tok_s());
-      if (!no_control)
+      series[i].ratio_cpu.push_back(main_runs[round][i].output_tok_cpu_s() / main_runs[round][0].output_tok_cpu_s());
+      if (!no_control) {
         series[i].control_ratio.push_back(control_runs[round][i].output_tok_s() /
                                           control_runs[round][0].output_tok_s());
+        series[i].control_ratio_cpu.push_back(control_runs[round][i].output_tok_cpu_s() /
+                                              control_runs[round][0].output_tok_cpu_s());
+      }
     }
   }
 
@@ -254,7 +260,9 @@ int RunBenchOffline(const std::vector<std::string>& args) {
   // The measured-cost bound of each round, from that round's CB run (bench/speedup.h).
   std::vector<bench::MeasuredBound> measured;
   for (size_t round = 0; round < static_cast<size_t>(repeat); ++round) {
-    auto b = bench::MeasuredCostBound(CostsOf(main_runs[round][0]), *r_max, d);
+    // Useful work: every prompt token once; every output token but each request's first
+    // (prefill emits those) through the decode stages once.
+    auto b = bench::MeasuredCostBound(CostsOf(main_runs[round][0]), prompt_tokens, output_tokens - n, *r_max, d);
     if (!b.ok()) return Fail(cmd, b.status().message(), 1);
     measured.push_back(*b);
   }
@@ -269,25 +277,36 @@ int RunBenchOffline(const std::vector<std::string>& args) {
     const double s_dec = bench::DecodeSpeedupBound(flops.f0(), flops.fr(), *r_max, d);
     const double s_e2e = bench::EndToEndBound(alpha, s_dec);
     const double ratio = bench::Median(series[i].ratio);
-    std::vector<double> seconds, prefill_shares, fractions;
+    std::vector<double> seconds, cpu_seconds, prefill_shares, fractions, fractions_cpu;
     nlohmann::json per_round = nlohmann::json::array();  // what the medians are taken over
     for (size_t round = 0; round < main_runs.size(); ++round) {
       const bench::RunResult& rr = main_runs[round][i];
       seconds.push_back(rr.wall_seconds);
+      cpu_seconds.push_back(rr.cpu_seconds);
       prefill_shares.push_back(rr.prefill_share);
       fractions.push_back(series[i].ratio[round] / measured[round].s_e2e);
+      fractions_cpu.push_back(series[i].ratio_cpu[round] / measured[round].s_e2e);
       nlohmann::json pr = {{"output_tok_s", series[i].tok_s[round]},
                            {"ratio_to_cb", series[i].ratio[round]},
                            {"seconds", rr.wall_seconds},
+                           {"cpu_seconds", rr.cpu_seconds},
+                           {"ratio_to_cb_cpu", series[i].ratio_cpu[round]},
                            {"output_tokens", rr.stats.output_tokens},
+                           {"preemptions", rr.stats.preemptions},
                            {"prefill_share", rr.prefill_share},
                            {"alpha", alphas[round]},
+                           {"cp_measured_s", measured[round].cp},
                            {"c0_measured_s", measured[round].c0},
                            {"cr_measured_s", measured[round].cr},
                            {"s_dec_measured", measured[round].s_dec},
                            {"s_e2e_measured", measured[round].s_e2e},
-                           {"fraction_of_s_e2e_measured", fractions.back()}};
-      if (!no_control) pr["control_ratio_to_cb"] = series[i].control_ratio[round];
+                           {"cb_recompute_share", measured[round].recompute_share},
+                           {"fraction_of_s_e2e_measured", fractions.back()},
+                           {"fraction_of_s_e2e_measured_cpu", fractions_cpu.back()}};
+      if (!no_control) {
+        pr["control_ratio_to_cb"] = series[i].control_ratio[round];
+        pr["control_ratio_to_cb_cpu"] = series[i].control_ratio_cpu[round];
+      }
       per_round.push_back(pr);
     }
     nlohmann::json j = {{"scheduler", std::string(SchedModeName(modes[i]))},
@@ -318,13 +337,22 @@ int RunBenchOffline(const std::vector<std::string>& args) {
                         {"s_e2e", s_e2e},
                         {"s_e2e_refined", bench::EndToEndBoundRefined(alpha, s_dec, f1)},
                         {"fraction_of_s_e2e", ratio / s_e2e},
+                        {"cp_measured_s", median_of(&bench::MeasuredBound::cp)},
                         {"c0_measured_s", median_of(&bench::MeasuredBound::c0)},
                         {"cr_measured_s", median_of(&bench::MeasuredBound::cr)},
                         {"s_dec_measured", median_of(&bench::MeasuredBound::s_dec)},
                         {"s_e2e_measured", median_of(&bench::MeasuredBound::s_e2e)},
+                        {"cb_recompute_share", median_of(&bench::MeasuredBound::recompute_share)},
                         {"fraction_of_s_e2e_measured", bench::Median(fractions)},
                         {"fraction_of_s_e2e_measured_min", Min(fractions)},
                         {"fraction_of_s_e2e_measured_max", Max(fractions)},
+                        {"cpu_seconds", bench::Median(cpu_seconds)},
+                        {"ratio_to_cb_cpu", bench::Median(series[i].ratio_cpu)},
+                        {"ratio_to_cb_cpu_min", Min(series[i].ratio_cpu)},
+                        {"ratio_to_cb_cpu_max", Max(series[i].ratio_cpu)},
+                        {"fraction_of_s_e2e_measured_cpu", bench::Median(fractions_cpu)},
+                        {"fraction_of_s_e2e_measured_cpu_min", Min(fractions_cpu)},
+                        {"fraction_of_s_e2e_measured_cpu_max", Max(fractions_cpu)},
                         {"preemptions", r.stats.preemptions},
                         {"breakdown", Breakdown(main_runs, i)},
                         {"rounds", per_round}};
@@ -336,6 +364,10 @@ int RunBenchOffline(const std::vector<std::string>& args) {
       j["control_ratio_to_cb"] = bench::Median(c);
       j["control_ratio_to_cb_min"] = Min(c);
       j["control_ratio_to_cb_max"] = Max(c);
+      const auto& cc = series[i].control_ratio_cpu;
+      j["control_ratio_to_cb_cpu"] = bench::Median(cc);
+      j["control_ratio_to_cb_cpu_min"] = Min(cc);
+      j["control_ratio_to_cb_cpu_max"] = Max(cc);
       j["control_breakdown"] = Breakdown(control_runs, i);
     }
     rows.push_back(j);
@@ -357,7 +389,8 @@ int RunBenchOffline(const std::vector<std::string>& args) {
               flops.f0() / flops.fr(), alpha);
   const double c0 = median_of(&bench::MeasuredBound::c0), cr = median_of(&bench::MeasuredBound::cr);
   std::printf("measured on CB: c_0 %.4f ms per decode token outside the core, c_r %.4f ms per core row "
-              "(c_0/c_r %.3f)\n", 1e3 * c0, 1e3 * cr, c0 / cr);
+              "(c_0/c_r %.3f); %.1f%% of CB's time recomputed after preemption\n",
+              1e3 * c0, 1e3 * cr, c0 / cr, 100 * median_of(&bench::MeasuredBound::recompute_share));
   std::printf("bounds: S_dec/S_e2e from FLOPs; S_dec*/S_e2e* from CB's measured costs (of S_e2e*: the headline)\n");
   std::printf("%-13s %10s %8s %7s %7s %7s %9s %7s %7s %9s %7s", "scheduler", "tok/s", "vs CB", "depth", "S_dec",
               "S_e2e", "of S_e2e", "S_dec*", "S_e2e*", "of S_e2e*", "prefill");
@@ -398,6 +431,19 @@ int RunBenchOffline(const std::vector<std::string>& args) {
     }
     std::printf("\n");
   }
+  // The same ratios over the process's CPU time (less affected by other processes' load).
+  std::printf("over CPU time (median [min-max] of rounds):");
+  for (const auto& j : rows) {
+    if (j["scheduler"] == "cb") continue;
+    std::printf(" %s %.3fx [%.3f-%.3f], %.1f%% of S_e2e* [%.1f-%.1f%%]", j["scheduler"].get<std::string>().c_str(),
+                j["ratio_to_cb_cpu"].get<double>(), j["ratio_to_cb_cpu_min"].get<double>(),
+                j["ratio_to_cb_cpu_max"].get<double>(), 100 * j["fraction_of_s_e2e_measured_cpu"].get<double>(),
+                100 * j["fraction_of_s_e2e_measured_cpu_min"].get<double>(),
+                100 * j["fraction_of_s_e2e_measured_cpu_max"].get<double>());
+    if (!no_control) std::printf(", no-exit %.3fx", j["control_ratio_to_cb_cpu"].get<double>());
+    std::printf(";");
+  }
+  std::printf("\n");
   // Where the time went: per stage, seconds (mean over rounds), executions and mean rows.
   std::printf("step-time breakdown (s, runs x mean rows):\n%-13s", "scheduler");
   for (const char* stage : {"prefill", "prelude", "core", "coda"}) std::printf(" %22s", stage);
