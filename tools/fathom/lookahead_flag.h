@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/exit_spec.h"
+#include "exec/exit_spec.h"
 #include "flags.h"
 
 namespace fathom::cli {
