@@ -1,0 +1,104 @@
+#include "engine_flags.h"
+
+#include <omp.h>
+
+namespace fathom::cli {
+namespace {
+
+// engine.cc's pool when EngineOptions::kv_bytes is 0 (for the help text).
+constexpr int kDefaultKvBlocks = 4096;
+
+std::string Default(int64_t v) { return " (default " + std::to_string(v) + ")"; }
+
+std::string LayoutNames() {
+  std::string names;
+  for (KvLayout l : {KvLayout::kDepthIndexed, KvLayout::kLastExited, KvLayout::kShared, KvLayout::kFirstThenShared,
+                     KvLayout::kHybrid})
+    names.append(names.empty() ? "" : ", ").append(KvLayoutName(l));
+  return names;
+}
+
+}  // namespace
+
+void EngineFlags::Declare(FlagSet& flags) {
+  const EngineOptions& d = defaults_;
+  const std::string pool = "(default: the engine's " + std::to_string(kDefaultKvBlocks) + " blocks)";
+  if (Has(kFlagScheduler))
+    flags.String("--scheduler", &scheduler_,
+                 "cb, cdb-norefill or cdb-refill (default " + std::string(SchedModeName(d.mode)) + ")");
+  if (Has(kFlagLayout))
+    flags.String("--layout", &layout_,
+                 "KV layout: " + LayoutNames() + " (default " + std::string(KvLayoutName(d.layout)) + ")");
+  if (Has(kFlagSharedAfter))
+    flags.Int("--shared-after", &shared_after_,
+              "first-then-shared: S, the core slot of step r is min(r, S-1)" + Default(d.shared_after), 1, 4096);
+  if (Has(kFlagWidth))
+    flags.Int("--width", &width_, "decode width W: tokens in flight" + Default(d.width), 1, 1 << 16);
+  if (Has(kFlagK))
+    flags.Int("--k", &k_, "minimum coda batch K of cdb-refill" + Default(d.min_coda), 1, 1 << 20);
+  if (Has(kFlagFlushSteps))
+    flags.Int("--flush-steps", &flush_steps_, "cdb-refill: coda flush age in steps" + Default(d.flush_steps), 1,
+              1 << 20);
+  if (Has(kFlagPrefillBudget))
+    flags.Int("--prefill-budget", &prefill_budget_, "prompt tokens per prefill step" + Default(d.prefill_budget),
+              1, 1 << 24);
+  if (Has(kFlagMaxDepth))
+    flags.Int("--max-depth", &max_depth_, "KV depth r_max (default: " + max_depth_default_ + ")", 1, 4096);
+  if (Has(kFlagKvBytes)) flags.Int("--kv-memory", &kv_bytes_, "KV pool in bytes " + pool, 1, INT64_MAX);
+  if (Has(kFlagKvMib)) flags.Int("--kv-mb", &kv_mib_, "KV pool in MiB " + pool, 1, 1 << 24);
+  if (Has(kFlagBlockSize))
+    flags.Int("--block-size", &block_size_, "KV block size in token positions" + Default(d.block_size), 1, 4096);
+  if (Has(kFlagLookahead)) DeclareLookahead(flags, &lookahead_);
+}
+
+Result<EngineOptions> EngineFlags::Options() const {
+  EngineOptions o = defaults_;
+  auto mode = ParseSchedMode(scheduler_);
+  if (!mode.ok()) return Status::Error("--" + mode.status().message());
+  auto layout = ParseKvLayout(layout_);
+  if (!layout.ok()) return Status::Error("--layout: " + layout.status().message());
+  o.mode = *mode;
+  o.layout = *layout;
+  o.shared_after = static_cast<int32_t>(shared_after_);
+  o.width = static_cast<int32_t>(width_);
+  o.min_coda = static_cast<int32_t>(k_);
+  o.flush_steps = static_cast<int32_t>(flush_steps_);
+  o.prefill_budget = prefill_budget_;
+  o.max_depth = static_cast<int32_t>(max_depth_);
+  o.kv_bytes = Has(kFlagKvMib) ? static_cast<size_t>(kv_mib_) << 20 : static_cast<size_t>(kv_bytes_);
+  o.block_size = static_cast<int32_t>(block_size_);
+  o.lookahead = lookahead_;
+  return o;
+}
+
+void DeclareLookahead(FlagSet& flags, bool* lookahead) {
+  flags.Bool("--lookahead", lookahead,
+             "exit decided after loop step r takes effect after step r+1 (minimum depth " +
+                 std::to_string(MinExitDepth(true)) + "; default off)");
+}
+
+std::string MinDepthHelp() {
+  return "minimum exit depth (default " + std::to_string(MinExitDepth(false)) + ", or " +
+         std::to_string(MinExitDepth(true)) + " with --lookahead)";
+}
+
+std::string ResolveMinDepth(const FlagSet& flags, bool lookahead, int64_t* min_depth) {
+  const int32_t lo = MinExitDepth(lookahead);
+  if (!flags.Seen("--min-depth")) *min_depth = lo;
+  if (*min_depth < lo)
+    return "--min-depth: " + std::to_string(*min_depth) + " is below " + std::to_string(lo) +
+           ", the lookahead gate's minimum exit depth";
+  return "";
+}
+
+void DeclareThreads(FlagSet& flags, int64_t* threads) {
+  flags.Int("--threads", threads,
+            "worker threads (default" + (*threads > 0 ? " " + std::to_string(*threads) : std::string(": all cores")) + ")",
+            1, 1024);
+}
+
+void ApplyThreads(int64_t threads) {
+  if (threads > 0) omp_set_num_threads(static_cast<int>(threads));
+}
+
+}  // namespace fathom::cli
