@@ -1,7 +1,5 @@
 // `fathom bench online` (Poisson arrivals at several rates, each trace drained) and
 // `fathom bench k-sweep` (cdb-refill's minimum coda batch K against CB, offline).
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <limits>
@@ -15,19 +13,21 @@
 #include "bench_requests.h"
 #include "bench_commands.h"
 #include "commands.h"
+#include "engine_flags.h"
 #include "exec/generate.h"
 #include "flags.h"
-#include "lookahead_flag.h"
 
 namespace fathom::cli {
 namespace {
 
-// Flags shared by online and k-sweep.
+// Flags shared by online and k-sweep; the engine's own come from EngineFlags (`engine_bits`).
 struct Common {
-  std::string model_dir, workload = "alpaca", layout = "last-exited", dataset, tokenizer_dir, exit_trace;
-  int64_t n = 32, k = 1, width = 8, min_depth = 0, max_depth = 0, seed = 0, threads = 1, budget = 256;
+  explicit Common(uint32_t engine_bits) : engine(engine_bits) {}
+  std::string model_dir, workload = "alpaca", dataset, tokenizer_dir, exit_trace;
+  int64_t n = 32, min_depth = 0, seed = 0, threads = 1;
   double mean_depth = 0;
-  bool json = false, quiet = false, lookahead = false;
+  bool json = false, quiet = false;
+  EngineFlags engine;
   void Declare(FlagSet& f) {
     f.String("--model", &model_dir, "Hugging Face model directory of a looped model");
     f.String("--workload", &workload, "alpaca (default), sharegpt or arxiv");
@@ -35,17 +35,13 @@ struct Common {
     f.String("--dataset", &dataset, "the workload's real data file (Alpaca JSON, ShareGPT JSON or arXiv JSONL)\n"
              "instead of synthetic requests; tokenized with the model's tokenizer");
     f.String("--tokenizer", &tokenizer_dir, "directory of the tokenizer.json for --dataset (default: --model)");
-    f.Int("--width", &width, "decode width W (default 8)", 1, 1 << 16);
-    f.String("--layout", &layout, "KV layout (default last-exited)");
+    engine.Declare(f);
     f.Double("--mean-depth", &mean_depth, "mean exit depth (default (min-depth + r_max) / 2)", 1, 4096);
     f.Int("--min-depth", &min_depth, MinDepthHelp(), 1, 4096);
-    DeclareLookahead(f, &lookahead);
     f.String("--exit-trace", &exit_trace, "replay the exit depths `fathom generate --json` recorded on a real\n"
              "checkpoint (instead of seeded random depths)");
-    f.Int("--max-depth", &max_depth, "r_max (default: the model's loop count)", 1, 4096);
     f.Int("--seed", &seed, "workload, exit-trace and arrival seed (default 0)", 0, INT64_MAX);
-    f.Int("--prefill-budget", &budget, "prompt tokens per prefill step (default 256)", 1, 1 << 24);
-    f.Int("--threads", &threads, "worker threads (default 1)", 1, 1024);
+    DeclareThreads(f, &threads);
     f.Bool("--quiet", &quiet, "no progress on stderr");
     f.Bool("--json", &json, "print JSON, one object per line");
     f.Require("--model");
@@ -59,34 +55,36 @@ struct Setup {
   int32_t r_max = 0;
 };
 
-Result<Setup> Prepare(Common& c, const FlagSet& flags) {
-  FATHOM_ASSIGN_OR_RETURN(bench::WorkloadKind w, bench::ParseWorkload(c.workload));
-  auto layout = ParseKvLayout(c.layout);
-  if (!layout.ok()) return Status::Error("--layout: " + layout.status().message());
-  omp_set_num_threads(static_cast<int>(c.threads));
-  Setup s;
-  FATHOM_ASSIGN_OR_RETURN(s.model, Model::Load(c.model_dir));
-  const ModelSpec& spec = s.model->spec();
-  if (!spec.loop.looped) return Status::Error("--model: not a looped model");
-  FATHOM_ASSIGN_OR_RETURN(s.r_max, ResolveLoops(spec, static_cast<int32_t>(c.max_depth)));
-  if (std::string e = ResolveMinDepth(flags, c.lookahead, &c.min_depth); !e.empty()) return Status::Error(e);
-  if (!flags.Seen("--mean-depth")) c.mean_depth = 0.5 * static_cast<double>(c.min_depth + s.r_max);
-  if (c.mean_depth < static_cast<double>(c.min_depth) || c.mean_depth > s.r_max)
+// The exit depths' flags resolved against r_max: --min-depth's default follows
+// --lookahead, --mean-depth's is halfway to r_max, and a recorded trace excludes both.
+Status ResolveDepths(Common& c, const FlagSet& flags, bool lookahead, int32_t r_max) {
+  if (std::string e = ResolveMinDepth(flags, lookahead, &c.min_depth); !e.empty()) return Status::Error(e);
+  if (!flags.Seen("--mean-depth")) c.mean_depth = 0.5 * static_cast<double>(c.min_depth + r_max);
+  if (c.mean_depth < static_cast<double>(c.min_depth) || c.mean_depth > r_max)
     return Status::Error("--mean-depth: outside [--min-depth, r_max]");
   if (!c.exit_trace.empty() && (flags.Seen("--mean-depth") || flags.Seen("--min-depth")))
     return Status::Error("--exit-trace replays recorded depths: it cannot be combined with --mean-depth or --min-depth");
+  return Status::Ok();
+}
+
+Result<Setup> Prepare(Common& c, const FlagSet& flags) {
+  FATHOM_ASSIGN_OR_RETURN(bench::WorkloadKind w, bench::ParseWorkload(c.workload));
+  Setup s;
+  FATHOM_ASSIGN_OR_RETURN(s.opt, c.engine.Options());
+  ApplyThreads(c.threads);
+  FATHOM_ASSIGN_OR_RETURN(s.model, Model::Load(c.model_dir));
+  const ModelSpec& spec = s.model->spec();
+  if (!spec.loop.looped) return Status::Error("--model: not a looped model");
+  FATHOM_ASSIGN_OR_RETURN(s.r_max, ResolveLoops(spec, s.opt.max_depth));
+  s.opt.max_depth = s.r_max;
+  FATHOM_RETURN_IF_ERROR(ResolveDepths(c, flags, s.opt.lookahead, s.r_max));
   const auto seed = static_cast<uint64_t>(c.seed);
-  FATHOM_ASSIGN_OR_RETURN(BenchRequests built,
-                          MakeBenchRequests({w, c.dataset, c.tokenizer_dir, c.model_dir, c.n, seed, c.exit_trace, s.r_max, c.lookahead},
-                                            spec, {c.mean_depth, static_cast<int32_t>(c.min_depth), seed, {}}));
+  FATHOM_ASSIGN_OR_RETURN(
+      BenchRequests built,
+      MakeBenchRequests({w, c.dataset, c.tokenizer_dir, c.model_dir, c.n, seed, c.exit_trace, s.r_max, s.opt.lookahead},
+                        spec, {c.mean_depth, static_cast<int32_t>(c.min_depth), seed, {}}));
   if (!c.exit_trace.empty()) c.mean_depth = built.trace_mean;
   s.reqs = std::move(built.reqs);
-  s.opt.width = static_cast<int32_t>(c.width);
-  s.opt.min_coda = static_cast<int32_t>(c.k);
-  s.opt.prefill_budget = c.budget;
-  s.opt.max_depth = s.r_max;
-  s.opt.layout = *layout;
-  s.opt.lookahead = c.lookahead;
   // Warm-up, discarded.
   std::vector<RequestSpec> warm(s.reqs.begin(), s.reqs.begin() + std::min<int64_t>(c.n, 4));
   for (RequestSpec& r : warm) r.max_tokens = std::min(r.max_tokens, 8);
@@ -100,111 +98,96 @@ std::string Prefix(size_t i, size_t n) {
   return p;
 }
 
-}  // namespace
+constexpr const char* kOnlineDescription =
+    "For each arrival rate (requests/s): N requests arrive at Poisson times\n"
+    "(exponential gaps with mean 1/rate, seeded) and the trace is drained under each\n"
+    "scheduler. Reports normalized latency = mean over requests of (end-to-end latency /\n"
+    "output tokens), TTFT and TPOT percentiles (p50, p90, p99), and per scheduler the\n"
+    "saturation rate: where its normalized latency first exceeds --slo seconds per token\n"
+    "(default: 3x CB's normalized latency at the lowest rate), interpolated linearly\n"
+    "between the tested rates around the crossing, and the highest tested rate within it.\n"
+    "--duration S makes each trace the arrivals of S seconds (as the CDB paper's 600 s\n"
+    "traces) instead of a fixed --requests count, so higher rates get more requests.";
 
-int RunBenchOnline(const std::vector<std::string>& args) {
-  const std::string cmd = "bench online";
-  Common c;
-  std::string rates_text = "1,2,4", sched_text = "cb,cdb-norefill,cdb-refill";
-  double slo = 0, duration = 0;
-  FlagSet flags("fathom " + cmd,
-                "fathom bench online --model DIR [--rates 1,2,4] [--schedulers cb,cdb-norefill,cdb-refill]\n"
-                "                    [--workload alpaca] [--requests N | --duration S] [--slo S] [common flags]\n"
-                "                    [--json]",
-                "For each arrival rate (requests/s): N requests arrive at Poisson times\n"
-                "(exponential gaps with mean 1/rate, seeded) and the trace is drained under each\n"
-                "scheduler. Reports normalized latency = mean over requests of (end-to-end latency /\n"
-                "output tokens), TTFT and TPOT percentiles (p50, p90, p99), and per scheduler the\n"
-                "saturation rate: where its normalized latency first exceeds --slo seconds per token\n"
-                "(default: 3x CB's normalized latency at the lowest rate), interpolated linearly\n"
-                "between the tested rates around the crossing, and the highest tested rate within it.\n"
-                "--duration S makes each trace the arrivals of S seconds (as the CDB paper's 600 s\n"
-                "traces) instead of a fixed --requests count, so higher rates get more requests.");
-  c.Declare(flags);
-  flags.String("--rates", &rates_text, "comma-separated arrival rates in requests/s (default 1,2,4)");
-  flags.String("--schedulers", &sched_text, "comma-separated schedulers (default all three)");
-  flags.Int("--k", &c.k, "minimum coda batch K (cdb-refill; default 1)", 1, 1 << 20);
-  flags.Double("--slo", &slo, "normalized-latency bound in s/token for the saturation rate", 0, 1e9);
-  flags.Double("--duration", &duration, "trace length in seconds: every Poisson arrival before it (instead of\n"
-               "--requests)", 0, 1e7);
-  if (Status s = flags.Parse(args); !s.ok()) return Fail(cmd, s.message(), 2);
-  if (flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
-  }
-  std::vector<double> rates;
+// --rates, ascending; --schedulers.
+Status ParseRatesAndModes(const std::string& rates_text, const std::string& sched_text, std::vector<double>* rates,
+                          std::vector<SchedMode>* modes) {
   for (const std::string& r : SplitComma(rates_text)) {
     char* end = nullptr;
     const double v = std::strtod(r.c_str(), &end);
-    if (end == r.c_str() || *end != '\0' || !(v > 0)) return Fail(cmd, "--rates: '" + r + "' is not a positive number", 2);
-    rates.push_back(v);
+    if (end == r.c_str() || *end != '\0' || !(v > 0)) return Status::Error("--rates: '" + r + "' is not a positive number");
+    rates->push_back(v);
   }
-  std::sort(rates.begin(), rates.end());
-  std::vector<SchedMode> modes;
+  std::sort(rates->begin(), rates->end());
   for (const std::string& name : SplitComma(sched_text)) {
     auto m = ParseSchedMode(name);
-    if (!m.ok()) return Fail(cmd, "--schedulers: " + m.status().message(), 2);
-    modes.push_back(*m);
+    if (!m.ok()) return m.status().WithContext("--schedulers");
+    modes->push_back(*m);
   }
-  if (rates.empty() || modes.empty()) return Fail(cmd, "--rates and --schedulers must not be empty", 2);
-  if (flags.Seen("--duration") && flags.Seen("--requests"))
-    return Fail(cmd, "--duration and --requests: give one (a trace is a duration or a request count)", 2);
-  // Arrival times per rate: the first --requests Poisson arrivals, or all before --duration.
-  // With one seed the arrivals at rate r are one sequence scaled by 1/r, so a higher rate's
-  // trace holds more requests; the requests are prefixes of one seeded set.
+  if (rates->empty() || modes->empty()) return Status::Error("--rates and --schedulers must not be empty");
+  return Status::Ok();
+}
+
+// Arrival times per rate: the first n Poisson arrivals, or all before `duration` (> 0).
+// With one seed the arrivals at rate r are one sequence scaled by 1/r, so a higher rate's
+// trace holds more requests; the requests are prefixes of one seeded set.
+Result<std::vector<std::vector<double>>> ArrivalsPerRate(const std::vector<double>& rates, int64_t n, double duration,
+                                                         uint64_t seed) {
   std::vector<std::vector<double>> arrivals;
   for (double rate : rates) {
     if (duration <= 0) {
-      arrivals.push_back(bench::PoissonArrivals(c.n, rate, static_cast<uint64_t>(c.seed)));
+      arrivals.push_back(bench::PoissonArrivals(n, rate, seed));
       continue;
     }
-    std::vector<double> a = bench::PoissonArrivalsWithin(duration, rate, static_cast<uint64_t>(c.seed));
-    if (a.empty()) return Fail(cmd, "--duration: no request arrives within " + std::to_string(duration) +
-                                        " s at " + std::to_string(rate) + " req/s", 2);
+    std::vector<double> a = bench::PoissonArrivalsWithin(duration, rate, seed);
+    if (a.empty())
+      return Status::Error("--duration: no request arrives within " + std::to_string(duration) + " s at " +
+                           std::to_string(rate) + " req/s");
     arrivals.push_back(std::move(a));
   }
-  if (duration > 0) c.n = static_cast<int64_t>(arrivals.back().size());
-  auto setup = Prepare(c, flags);
-  if (!setup.ok()) return Fail(cmd, setup.status().message(), 1);
-  nlohmann::json rows = nlohmann::json::array();
-  size_t run_i = 0;
-  for (size_t ri = 0; ri < rates.size(); ++ri) {
-    const double rate = rates[ri];
-    const std::vector<RequestSpec> reqs(setup->reqs.begin(),
-                                        setup->reqs.begin() + static_cast<std::ptrdiff_t>(arrivals[ri].size()));
-    for (SchedMode mode : modes) {
-      EngineOptions o = setup->opt;
-      o.mode = mode;
-      std::string label(SchedModeName(mode));
-      char rate_text[32];
-      std::snprintf(rate_text, sizeof rate_text, " @ %g req/s", rate);
-      label.append(rate_text);
-      auto r = bench::RunWorkload(*setup->model, o, reqs, arrivals[ri], label,
-                                  {!c.quiet, 2.0, Prefix(++run_i, rates.size() * modes.size())});
-      if (!r.ok()) return Fail(cmd, r.status().message(), 1);
-      std::vector<double> norm, ttft, tpot;
-      for (const bench::RequestTiming& t : r->requests) {
-        norm.push_back((t.finish - t.arrival) / static_cast<double>(std::max<int64_t>(t.output_tokens, 1)));
-        ttft.push_back(t.first_token - t.arrival);
-        if (t.output_tokens > 1) tpot.push_back((t.finish - t.first_token) / static_cast<double>(t.output_tokens - 1));
-      }
-      double mean_norm = 0;
-      for (double v : norm) mean_norm += v;
-      mean_norm /= static_cast<double>(std::max<size_t>(norm.size(), 1));
-      rows.push_back({{"scheduler", std::string(SchedModeName(mode))}, {"rate", rate},
-                      {"requests", static_cast<int64_t>(reqs.size())},
-                      {"normalized_latency_s", mean_norm}, {"output_tok_s", r->output_tok_s()},
-                      {"seconds", r->wall_seconds}, {"mean_depth", r->mean_depth},
-                      {"ttft_p50_s", bench::Percentile(ttft, 0.5)}, {"ttft_p90_s", bench::Percentile(ttft, 0.9)},
-                      {"ttft_p99_s", bench::Percentile(ttft, 0.99)}, {"tpot_p50_s", bench::Percentile(tpot, 0.5)},
-                      {"tpot_p90_s", bench::Percentile(tpot, 0.9)}, {"tpot_p99_s", bench::Percentile(tpot, 0.99)}});
-    }
+  return arrivals;
+}
+
+// One trace under one scheduler: a row of the report.
+Result<nlohmann::json> RunTrace(const Setup& setup, SchedMode mode, double rate, const std::vector<double>& arrivals,
+                                const bench::ProgressOptions& progress) {
+  const std::vector<RequestSpec> reqs(setup.reqs.begin(),
+                                      setup.reqs.begin() + static_cast<std::ptrdiff_t>(arrivals.size()));
+  EngineOptions o = setup.opt;
+  o.mode = mode;
+  std::string label(SchedModeName(mode));
+  char rate_text[32];
+  std::snprintf(rate_text, sizeof rate_text, " @ %g req/s", rate);
+  label.append(rate_text);
+  FATHOM_ASSIGN_OR_RETURN(bench::RunResult r, bench::RunWorkload(*setup.model, o, reqs, arrivals, label, progress));
+  std::vector<double> norm, ttft, tpot;
+  for (const bench::RequestTiming& t : r.requests) {
+    norm.push_back((t.finish - t.arrival) / static_cast<double>(std::max<int64_t>(t.output_tokens, 1)));
+    ttft.push_back(t.first_token - t.arrival);
+    if (t.output_tokens > 1) tpot.push_back((t.finish - t.first_token) / static_cast<double>(t.output_tokens - 1));
   }
-  if (!flags.Seen("--slo")) {
-    slo = std::numeric_limits<double>::infinity();
+  double mean_norm = 0;
+  for (double v : norm) mean_norm += v;
+  mean_norm /= static_cast<double>(std::max<size_t>(norm.size(), 1));
+  return nlohmann::json{{"scheduler", std::string(SchedModeName(mode))}, {"rate", rate},
+                        {"requests", static_cast<int64_t>(reqs.size())},
+                        {"normalized_latency_s", mean_norm}, {"output_tok_s", r.output_tok_s()},
+                        {"seconds", r.wall_seconds}, {"mean_depth", r.mean_depth},
+                        {"ttft_p50_s", bench::Percentile(ttft, 0.5)}, {"ttft_p90_s", bench::Percentile(ttft, 0.9)},
+                        {"ttft_p99_s", bench::Percentile(ttft, 0.99)}, {"tpot_p50_s", bench::Percentile(tpot, 0.5)},
+                        {"tpot_p90_s", bench::Percentile(tpot, 0.9)}, {"tpot_p99_s", bench::Percentile(tpot, 0.99)}};
+}
+
+// The saturation bound: --slo, or 3x CB's normalized latency at the lowest rate (the
+// first row's when CB did not run); and each scheduler's saturation rate under it.
+std::map<std::string, bench::Saturation> Saturations(const nlohmann::json& rows, const std::vector<double>& rates,
+                                                     const std::vector<SchedMode>& modes, bool slo_given,
+                                                     double* slo) {
+  if (!slo_given) {
+    *slo = std::numeric_limits<double>::infinity();
     for (const auto& row : rows)
-      if (row["rate"].get<double>() == rates[0] && row["scheduler"] == "cb") slo = 3 * row["normalized_latency_s"].get<double>();
-    if (slo == std::numeric_limits<double>::infinity()) slo = 3 * rows[0]["normalized_latency_s"].get<double>();
+      if (row["rate"].get<double>() == rates[0] && row["scheduler"] == "cb") *slo = 3 * row["normalized_latency_s"].get<double>();
+    if (*slo == std::numeric_limits<double>::infinity()) *slo = 3 * rows[0]["normalized_latency_s"].get<double>();
   }
   std::map<std::string, bench::Saturation> sat;
   for (SchedMode mode : modes) {
@@ -215,28 +198,20 @@ int RunBenchOnline(const std::vector<std::string>& args) {
         rs.push_back(row["rate"].get<double>());
         lat.push_back(row["normalized_latency_s"].get<double>());
       }
-    sat[name] = bench::FindSaturation(rs, lat, slo);
+    sat[name] = bench::FindSaturation(rs, lat, *slo);
   }
-  if (c.json) {
-    for (auto& row : rows) {
-      const bench::Saturation& st = sat[row["scheduler"].get<std::string>()];
-      row["saturation_rate"] = st.highest_within;
-      row["saturation_crossing"] = st.crossing;
-      row["saturation_exceeded"] = st.exceeded;
-      row["slo_s_per_token"] = slo;
-      row["workload"] = c.workload;
-      if (duration > 0) row["duration_s"] = duration;
-      std::printf("%s\n", row.dump().c_str());
-    }
-    return 0;
-  }
+  return sat;
+}
+
+void PrintOnline(const Common& c, const Setup& setup, double duration, double slo, const nlohmann::json& rows,
+                 const std::vector<SchedMode>& modes, const std::map<std::string, bench::Saturation>& sat) {
+  const auto width = static_cast<long long>(setup.opt.width), k = static_cast<long long>(setup.opt.min_coda);
   if (duration > 0)
     std::printf("workload %s, %g s traces, W %lld, K %lld, mean exit depth %.2f of r_max %d\n", c.workload.c_str(),
-                duration, static_cast<long long>(c.width), static_cast<long long>(c.k), c.mean_depth, setup->r_max);
+                duration, width, k, c.mean_depth, setup.r_max);
   else
     std::printf("workload %s, %lld requests per trace, W %lld, K %lld, mean exit depth %.2f of r_max %d\n",
-                c.workload.c_str(), static_cast<long long>(c.n), static_cast<long long>(c.width),
-                static_cast<long long>(c.k), c.mean_depth, setup->r_max);
+                c.workload.c_str(), static_cast<long long>(c.n), width, k, c.mean_depth, setup.r_max);
   std::printf("%-13s %7s %8s %11s %9s %9s %9s %9s %9s\n", "scheduler", "req/s", "requests", "norm ms/tok", "tok/s",
               "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99");
   for (const auto& row : rows)
@@ -248,16 +223,74 @@ int RunBenchOnline(const std::vector<std::string>& args) {
   std::printf("saturation (normalized latency > %.2f ms/token), crossing interpolated / highest tested rate within:\n",
               1e3 * slo);
   for (SchedMode mode : modes) {
-    const bench::Saturation& st = sat[std::string(SchedModeName(mode))];
+    const bench::Saturation& st = sat.at(std::string(SchedModeName(mode)));
     std::printf("  %-13s %7.2f / %.2f req/s%s\n", std::string(SchedModeName(mode)).c_str(), st.crossing,
                 st.highest_within, st.exceeded ? "" : " (not exceeded: a lower bound)");
+  }
+}
+
+}  // namespace
+
+int RunBenchOnline(const std::vector<std::string>& args) {
+  const std::string cmd = "bench online";
+  Common c(kSweepEngineFlags | kFlagK);
+  std::string rates_text = "1,2,4", sched_text = "cb,cdb-norefill,cdb-refill";
+  double slo = 0, duration = 0;
+  FlagSet flags("fathom " + cmd,
+                "fathom bench online --model DIR [--rates 1,2,4] [--schedulers cb,cdb-norefill,cdb-refill]\n"
+                "                    [--workload alpaca] [--requests N | --duration S] [--slo S] [common flags]\n"
+                "                    [--json]",
+                kOnlineDescription);
+  c.Declare(flags);
+  flags.String("--rates", &rates_text, "comma-separated arrival rates in requests/s (default 1,2,4)");
+  flags.String("--schedulers", &sched_text, "comma-separated schedulers (default all three)");
+  flags.Double("--slo", &slo, "normalized-latency bound in s/token for the saturation rate", 0, 1e9);
+  flags.Double("--duration", &duration, "trace length in seconds: every Poisson arrival before it (instead of\n"
+               "--requests)", 0, 1e7);
+  if (Status s = flags.Parse(args); !s.ok()) return Fail(cmd, s.message(), 2);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  std::vector<double> rates;
+  std::vector<SchedMode> modes;
+  if (Status s = ParseRatesAndModes(rates_text, sched_text, &rates, &modes); !s.ok()) return Fail(cmd, s.message(), 2);
+  if (flags.Seen("--duration") && flags.Seen("--requests"))
+    return Fail(cmd, "--duration and --requests: give one (a trace is a duration or a request count)", 2);
+  auto arrivals = ArrivalsPerRate(rates, c.n, duration, static_cast<uint64_t>(c.seed));
+  if (!arrivals.ok()) return Fail(cmd, arrivals.status().message(), 2);
+  if (duration > 0) c.n = static_cast<int64_t>(arrivals->back().size());
+  auto setup = Prepare(c, flags);
+  if (!setup.ok()) return Fail(cmd, setup.status().message(), 1);
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t ri = 0; ri < rates.size(); ++ri)
+    for (SchedMode mode : modes) {
+      const bench::ProgressOptions progress{!c.quiet, 2.0, Prefix(rows.size() + 1, rates.size() * modes.size())};
+      auto row = RunTrace(*setup, mode, rates[ri], (*arrivals)[ri], progress);
+      if (!row.ok()) return Fail(cmd, row.status().message(), 1);
+      rows.push_back(std::move(*row));
+    }
+  const auto sat = Saturations(rows, rates, modes, flags.Seen("--slo"), &slo);
+  if (!c.json) {
+    PrintOnline(c, *setup, duration, slo, rows, modes, sat);
+    return 0;
+  }
+  for (auto& row : rows) {
+    const bench::Saturation& st = sat.at(row["scheduler"].get<std::string>());
+    row["saturation_rate"] = st.highest_within;
+    row["saturation_crossing"] = st.crossing;
+    row["saturation_exceeded"] = st.exceeded;
+    row["slo_s_per_token"] = slo;
+    row["workload"] = c.workload;
+    if (duration > 0) row["duration_s"] = duration;
+    std::printf("%s\n", row.dump().c_str());
   }
   return 0;
 }
 
 int RunBenchKSweep(const std::vector<std::string>& args) {
   const std::string cmd = "bench k-sweep";
-  Common c;
+  Common c(kSweepEngineFlags);
   std::string ks_text = "1,2,4,8";
   FlagSet flags("fathom " + cmd,
                 "fathom bench k-sweep --model DIR [--ks 1,2,4,8] [--workload alpaca] [--requests N]\n"
@@ -291,14 +324,14 @@ int RunBenchKSweep(const std::vector<std::string>& args) {
     if (!r.ok()) return Fail(cmd, r.status().message(), 1);
     rows.push_back({{"scheduler", "cdb-refill"}, {"k", (*ks)[i]}, {"output_tok_s", r->output_tok_s()},
                     {"cb_output_tok_s", cb->output_tok_s()}, {"ratio_to_cb", r->output_tok_s() / cb->output_tok_s()},
-                    {"mean_depth", r->mean_depth}, {"workload", c.workload}, {"width", c.width}});
+                    {"mean_depth", r->mean_depth}, {"workload", c.workload}, {"width", o.width}});
   }
   if (c.json) {
     for (const auto& row : rows) std::printf("%s\n", row.dump().c_str());
     return 0;
   }
   std::printf("workload %s, %lld requests, W %lld; CB %.1f tok/s\n%6s %10s %8s\n", c.workload.c_str(),
-              static_cast<long long>(c.n), static_cast<long long>(c.width), cb->output_tok_s(), "K", "tok/s", "vs CB");
+              static_cast<long long>(c.n), static_cast<long long>(o.width), cb->output_tok_s(), "K", "tok/s", "vs CB");
   for (const auto& row : rows)
     std::printf("%6lld %10.1f %7.3fx\n", static_cast<long long>(row["k"].get<int64_t>()), row["output_tok_s"].get<double>(),
                 row["ratio_to_cb"].get<double>());

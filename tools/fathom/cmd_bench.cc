@@ -1,5 +1,6 @@
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -10,68 +11,62 @@
 #include "core/bandwidth.h"
 #include "bench/speedup.h"
 #include "exec/generate.h"
+#include "engine_flags.h"
 #include "flags.h"
 
 namespace fathom::cli {
 namespace {
 
-int RunBenchDecode(const std::vector<std::string>& args) {
-  std::string model_dir, batch_text = "1", layout_name = "depth-indexed";
+// The flags of `bench decode`; --layout comes from EngineFlags (the engine's default).
+struct DecodeArgs {
+  std::string model_dir, batch_text = "1";
   int64_t prompt = 128, gen = 128, threads = 2, loops = 0, prefill_tokens = 512;
   bool json = false;
-  FlagSet flags("fathom bench decode",
-                "fathom bench decode --model DIR [--batch 1,4,16,64] [--prompt 128 --gen 128 --threads 2]\n"
-                "                    [--loops R] [--layout NAME] [--json]",
-                "For each batch size B: B sequences of --prompt tokens are prefilled, then decode\n"
-                "--gen tokens each in lockstep (every token at full depth). Reports prompt and\n"
-                "decode tokens/s, and the decode step's weight bytes per second as a fraction of\n"
-                "the memory bandwidth measured in the same run (copy/triad/read loops).");
-  flags.String("--model", &model_dir, "Hugging Face model directory");
-  flags.String("--batch", &batch_text, "comma-separated batch sizes (default 1)");
-  flags.Int("--prompt", &prompt, "prompt tokens per sequence (default 128)", 1, 1 << 20);
-  flags.Int("--gen", &gen, "generated tokens per sequence (default 128)", 1, 1 << 20);
-  flags.Int("--threads", &threads, "worker threads (default 2)", 1, 1024);
-  flags.Int("--loops", &loops, "loop steps of a looped model (default: the model's)", 1, 4096);
-  flags.Int("--prefill-tokens", &prefill_tokens, "tokens per prefill call (default 512)", 1, 1 << 20);
-  flags.String("--layout", &layout_name, "KV layout (default depth-indexed)");
-  flags.Bool("--json", &json, "print one JSON object");
-  flags.Require("--model");
-  if (Status s = flags.Parse(args); !s.ok()) return Fail("bench decode", s.message(), 2);
-  if (flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
-  }
-  auto batches = ParseIntList("--batch", batch_text);
-  if (!batches.ok()) return Fail("bench decode", batches.status().message(), 2);
-  for (int64_t b : *batches)
-    if (b < 1 || b > 4096) return Fail("bench decode", "--batch: " + std::to_string(b) + " is outside [1, 4096]", 2);
-  auto layout = ParseKvLayout(layout_name);
-  if (!layout.ok()) return Fail("bench decode", "--layout: " + layout.status().message(), 2);
-  omp_set_num_threads(static_cast<int>(threads));
-  auto model = Model::Load(model_dir);
-  if (!model.ok()) return Fail("bench decode", model.status().message(), 1);
-  const Model& m = **model;
-  auto r = ResolveLoops(m.spec(), static_cast<int32_t>(loops));
-  if (!r.ok()) return Fail("bench decode", "--" + r.status().message(), 2);
+  EngineFlags engine{kFlagLayout};
 
-  // Warm-up: primitive caches, page faults, thread start-up.
-  if (auto w = RunBatchDecode(m, 1, 16, 4, *r, *layout, prefill_tokens); !w.ok())
-    return Fail("bench decode", w.status().message(), 1);
-  const Bandwidth bw_before = MeasureBandwidth();
+  void Declare(FlagSet& f) {
+    f.String("--model", &model_dir, "Hugging Face model directory");
+    f.String("--batch", &batch_text, "comma-separated batch sizes (default 1)");
+    f.Int("--prompt", &prompt, "prompt tokens per sequence (default 128)", 1, 1 << 20);
+    f.Int("--gen", &gen, "generated tokens per sequence (default 128)", 1, 1 << 20);
+    DeclareThreads(f, &threads);
+    f.Int("--loops", &loops, "loop steps of a looped model (default: the model's)", 1, 4096);
+    f.Int("--prefill-tokens", &prefill_tokens, "tokens per prefill call (default 512)", 1, 1 << 20);
+    engine.Declare(f);
+    f.Bool("--json", &json, "print one JSON object");
+    f.Require("--model");
+  }
+};
+
+// Every batch size's run, between two bandwidth measurements.
+struct DecodeRuns {
   std::vector<BatchDecodeResult> results;
-  for (int64_t b : *batches) {
-    auto res = RunBatchDecode(m, static_cast<int32_t>(b), prompt, gen, *r, *layout, prefill_tokens);
-    if (!res.ok()) return Fail("bench decode", res.status().message(), 1);
-    results.push_back(*res);
-  }
-  const Bandwidth bw_after = MeasureBandwidth();
-  const double bw = std::max(bw_before.best(), bw_after.best());
-  const double bytes_per_step = static_cast<double>(
-      m.prelude_weight_bytes() + static_cast<size_t>(*r) * m.core_step_weight_bytes() +
-      m.coda_weight_bytes());
+  Bandwidth before, after;
+  double bandwidth() const { return std::max(before.best(), after.best()); }
+};
 
+Result<DecodeRuns> MeasureDecode(const Model& m, const DecodeArgs& a, const std::vector<int64_t>& batches, int32_t r,
+                                 KvLayout layout) {
+  // Warm-up: primitive caches, page faults, thread start-up.
+  FATHOM_RETURN_IF_ERROR(RunBatchDecode(m, 1, 16, 4, r, layout, a.prefill_tokens).status());
+  DecodeRuns runs;
+  runs.before = MeasureBandwidth();
+  for (int64_t b : batches) {
+    FATHOM_ASSIGN_OR_RETURN(BatchDecodeResult res,
+                            RunBatchDecode(m, static_cast<int32_t>(b), a.prompt, a.gen, r, layout, a.prefill_tokens));
+    runs.results.push_back(res);
+  }
+  runs.after = MeasureBandwidth();
+  return runs;
+}
+
+void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, int32_t r, KvLayout layout) {
+  const double bw = runs.bandwidth();
+  const double bytes_per_step = static_cast<double>(m.prelude_weight_bytes() +
+                                                    static_cast<size_t>(r) * m.core_step_weight_bytes() +
+                                                    m.coda_weight_bytes());
   nlohmann::json rows = nlohmann::json::array();
-  for (const BatchDecodeResult& res : results) {
+  for (const BatchDecodeResult& res : runs.results) {
     const double gbs = bytes_per_step / res.decode_step_s / 1e9;
     rows.push_back({{"batch", res.batch},
                     {"prompt_tokens_per_s", res.prompt_tok_s},
@@ -80,25 +75,25 @@ int RunBenchDecode(const std::vector<std::string>& args) {
                     {"weight_gbs", gbs},
                     {"fraction_of_bandwidth", gbs / bw}});
   }
-  if (json) {
-    nlohmann::json j = {{"model", model_dir},
+  if (a.json) {
+    nlohmann::json j = {{"model", a.model_dir},
                         {"model_type", m.spec().model_type},
-                        {"loops", *r},
-                        {"threads", threads},
-                        {"prompt_tokens", prompt},
-                        {"generated_tokens", gen},
-                        {"layout", std::string(KvLayoutName(*layout))},
+                        {"loops", r},
+                        {"threads", a.threads},
+                        {"prompt_tokens", a.prompt},
+                        {"generated_tokens", a.gen},
+                        {"layout", std::string(KvLayoutName(layout))},
                         {"weight_bytes_per_step", bytes_per_step},
-                        {"bandwidth_read_gbs", std::max(bw_before.read_gbs, bw_after.read_gbs)},
-                        {"bandwidth_copy_gbs", std::max(bw_before.copy_gbs, bw_after.copy_gbs)},
-                        {"bandwidth_triad_gbs", std::max(bw_before.triad_gbs, bw_after.triad_gbs)},
+                        {"bandwidth_read_gbs", std::max(runs.before.read_gbs, runs.after.read_gbs)},
+                        {"bandwidth_copy_gbs", std::max(runs.before.copy_gbs, runs.after.copy_gbs)},
+                        {"bandwidth_triad_gbs", std::max(runs.before.triad_gbs, runs.after.triad_gbs)},
                         {"results", rows}};
     std::printf("%s\n", j.dump().c_str());
-    return 0;
+    return;
   }
   std::printf("model %s (%s), loops %d, %lld threads, prompt %lld, gen %lld, weights %.1f MB per step\n",
-              model_dir.c_str(), m.spec().model_type.c_str(), *r, static_cast<long long>(threads),
-              static_cast<long long>(prompt), static_cast<long long>(gen), bytes_per_step / 1e6);
+              a.model_dir.c_str(), m.spec().model_type.c_str(), r, static_cast<long long>(a.threads),
+              static_cast<long long>(a.prompt), static_cast<long long>(a.gen), bytes_per_step / 1e6);
   std::printf("memory bandwidth (best of read/copy/triad, before and after): %.1f GB/s\n", bw);
   std::printf("%6s %12s %12s %12s %10s %8s\n", "batch", "prompt tok/s", "decode tok/s", "step ms",
               "weight GB/s", "of bw");
@@ -107,6 +102,38 @@ int RunBenchDecode(const std::vector<std::string>& args) {
                 row["prompt_tokens_per_s"].get<double>(), row["decode_tokens_per_s"].get<double>(),
                 row["decode_step_ms"].get<double>(), row["weight_gbs"].get<double>(),
                 100 * row["fraction_of_bandwidth"].get<double>());
+}
+
+int RunBenchDecode(const std::vector<std::string>& args) {
+  const std::string cmd = "bench decode";
+  DecodeArgs a;
+  FlagSet flags("fathom bench decode",
+                "fathom bench decode --model DIR [--batch 1,4,16,64] [--prompt 128 --gen 128 --threads 2]\n"
+                "                    [--loops R] [--layout NAME] [--json]",
+                "For each batch size B: B sequences of --prompt tokens are prefilled, then decode\n"
+                "--gen tokens each in lockstep (every token at full depth). Reports prompt and\n"
+                "decode tokens/s, and the decode step's weight bytes per second as a fraction of\n"
+                "the memory bandwidth measured in the same run (copy/triad/read loops).");
+  a.Declare(flags);
+  if (Status s = flags.Parse(args); !s.ok()) return Fail(cmd, s.message(), 2);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  auto batches = ParseIntList("--batch", a.batch_text);
+  if (!batches.ok()) return Fail(cmd, batches.status().message(), 2);
+  for (int64_t b : *batches)
+    if (b < 1 || b > 4096) return Fail(cmd, "--batch: " + std::to_string(b) + " is outside [1, 4096]", 2);
+  auto opt = a.engine.Options();
+  if (!opt.ok()) return Fail(cmd, opt.status().message(), 2);
+  ApplyThreads(a.threads);
+  auto model = Model::Load(a.model_dir);
+  if (!model.ok()) return Fail(cmd, model.status().message(), 1);
+  auto r = ResolveLoops((*model)->spec(), static_cast<int32_t>(a.loops));
+  if (!r.ok()) return Fail(cmd, "--" + r.status().message(), 2);
+  auto runs = MeasureDecode(**model, a, *batches, *r, opt->layout);
+  if (!runs.ok()) return Fail(cmd, runs.status().message(), 1);
+  PrintDecode(**model, a, *runs, *r, opt->layout);
   return 0;
 }
 

@@ -6,9 +6,9 @@
 
 #include "cmd_requests.h"
 #include "commands.h"
+#include "engine_flags.h"
 #include "exec/generate.h"
 #include "flags.h"
-#include "lookahead_flag.h"
 
 namespace fathom::cli {
 

@@ -1,16 +1,15 @@
 #include "cmd_requests.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
-#include <omp.h>
-
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "engine_flags.h"
 #include "flags.h"
-#include "lookahead_flag.h"
 
 namespace fathom::cli {
 namespace {
@@ -46,6 +45,31 @@ Result<std::vector<int32_t>> Ids(const json& j, int64_t line, const std::string&
     out.push_back(static_cast<int32_t>(v));
   }
   return out;
+}
+
+// The replayed and seeded exit policies' fields: exit_depth, exit_trace, exit_mean,
+// exit_min_depth, exit_seed (exit_threshold and exit_criterion are ParseOne's).
+Status ExitField(const std::string& k, const json& v, int64_t line, ExitSpec* exit) {
+  if (k == "exit_depth") {
+    FATHOM_ASSIGN_OR_RETURN(int64_t n, Int(v, line, k, 1, 4096));
+    exit->kind = ExitSpec::Kind::kFixed;
+    exit->depth = static_cast<int32_t>(n);
+  } else if (k == "exit_trace") {
+    FATHOM_ASSIGN_OR_RETURN(exit->trace, Ids(v, line, k));
+    exit->kind = ExitSpec::Kind::kTrace;
+  } else if (k == "exit_mean") {
+    FATHOM_ASSIGN_OR_RETURN(exit->mean, Num(v, line, k, 0, 4096));
+    exit->kind = ExitSpec::Kind::kRandom;
+  } else if (k == "exit_min_depth") {
+    FATHOM_ASSIGN_OR_RETURN(int64_t n, Int(v, line, k, 1, 4096));
+    exit->min_depth = static_cast<int32_t>(n);
+  } else if (k == "exit_seed") {
+    FATHOM_ASSIGN_OR_RETURN(int64_t n, Int(v, line, k, 0, INT64_MAX));
+    exit->seed = static_cast<uint64_t>(n);
+  } else {
+    return FieldError(line, k, "unknown field");
+  }
+  return Status::Ok();
 }
 
 Result<RequestSpec> ParseOne(const json& j, int64_t line) {
@@ -98,22 +122,8 @@ Result<RequestSpec> ParseOne(const json& j, int64_t line) {
       criterion = v.get<std::string>();
       if (criterion != "auto" && criterion != "hazard" && criterion != "latent-diff" && criterion != "kl")
         return FieldError(line, k, "expected auto, hazard, latent-diff or kl, found '" + criterion + "'");
-    } else if (k == "exit_depth") {
-      FATHOM_ASSIGN_OR_RETURN(int64_t n, Int(v, line, k, 1, 4096));
-      r.exit.kind = ExitSpec::Kind::kFixed;
-      r.exit.depth = static_cast<int32_t>(n);
-    } else if (k == "exit_trace") {
-      FATHOM_ASSIGN_OR_RETURN(r.exit.trace, Ids(v, line, k));
-      r.exit.kind = ExitSpec::Kind::kTrace;
-    } else if (k == "exit_mean") {
-      FATHOM_ASSIGN_OR_RETURN(r.exit.mean, Num(v, line, k, 0, 4096));
-      r.exit.kind = ExitSpec::Kind::kRandom;
-    } else if (k == "exit_min_depth") {
-      FATHOM_ASSIGN_OR_RETURN(int64_t n, Int(v, line, k, 1, 4096));
-      r.exit.min_depth = static_cast<int32_t>(n);
-    } else if (k == "exit_seed") {
-      FATHOM_ASSIGN_OR_RETURN(int64_t n, Int(v, line, k, 0, INT64_MAX));
-      r.exit.seed = static_cast<uint64_t>(n);
+    } else if (k.rfind("exit_", 0) == 0) {
+      FATHOM_RETURN_IF_ERROR(ExitField(k, v, line, &r.exit));
     } else {
       return FieldError(line, k, "unknown field");
     }
@@ -148,96 +158,50 @@ Result<std::vector<RequestSpec>> ParseRequests(const std::string& text) {
   return out;
 }
 
-int RunGenerateRequests(const std::vector<std::string>& args) {
-  std::string model_dir, path, sched = "cdb-refill", layout_name = "last-exited";
-  int64_t k = 1, width = 8, kv_memory = 0, threads = 0, budget = 256, max_depth = 0, flush = 4;
-  bool json_out = false, lookahead = false;
-  FlagSet flags(
-      "fathom generate",
-      "fathom generate --model DIR --requests FILE [--scheduler cb|cdb-norefill|cdb-refill]\n"
-      "                [--layout NAME] [--k K] [--width W] [--kv-memory BYTES] [--lookahead] [--json]",
-      "Runs every request of FILE (one JSON object per line, e.g. {\"id\": \"r1\", \"prompt_ids\":\n"
-      "[1, 2, 3], \"max_tokens\": 16, \"temperature\": 0, \"loops\": 4} or \"exit_threshold\": 0.5)\n"
-      "through the batched engine and prints each request's output and exit depths, then a\n"
-      "summary: output tokens/s, mean exit depth, mean batch size per stage, preemptions and\n"
-      "the scheduler's share of the time.");
-  flags.String("--model", &model_dir, "Hugging Face model directory");
-  flags.String("--requests", &path, "file of JSON requests, one per line");
-  flags.String("--scheduler", &sched, "cb, cdb-norefill or cdb-refill (default)");
-  flags.String("--layout", &layout_name, "KV layout (default last-exited)");
-  flags.Int("--k", &k, "minimum coda batch K (cdb-refill; default 1)", 1, 1 << 20);
-  flags.Int("--width", &width, "decode width W: tokens in flight (default 8)", 1, 1 << 16);
-  flags.Int("--kv-memory", &kv_memory, "KV pool bytes (default: 4096 blocks)", 1, INT64_MAX);
-  flags.Int("--prefill-budget", &budget, "prompt tokens per prefill step (default 256)", 1, 1 << 24);
-  flags.Int("--flush-steps", &flush, "cdb-refill: coda flush age in steps (default 4)", 1, 1 << 20);
-  flags.Int("--max-depth", &max_depth, "KV depth r_max (default: the largest loops of any request)", 1, 4096);
-  DeclareLookahead(flags, &lookahead);
-  flags.Int("--threads", &threads, "worker threads (default: all cores)", 1, 1024);
-  flags.Bool("--json", &json_out, "print one JSON object");
-  for (const char* r : {"--model", "--requests"}) flags.Require(r);
-  if (Status s = flags.Parse(args); !s.ok()) return Fail("generate", s.message(), 2);
-  if (flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
+namespace {
+
+// The flags of `generate --requests`; the engine's own come from EngineFlags.
+struct RequestsArgs {
+  std::string model_dir, path;
+  int64_t threads = 0;
+  bool json = false;
+  EngineFlags engine{kRequestsEngineFlags, "the largest loops of any request"};
+
+  void Declare(FlagSet& f) {
+    f.String("--model", &model_dir, "Hugging Face model directory");
+    f.String("--requests", &path, "file of JSON requests, one per line");
+    engine.Declare(f);
+    DeclareThreads(f, &threads);
+    f.Bool("--json", &json, "print one JSON object");
+    for (const char* r : {"--model", "--requests"}) f.Require(r);
   }
-  auto mode = ParseSchedMode(sched);
-  if (!mode.ok()) return Fail("generate", "--" + mode.status().message(), 2);
-  auto layout = ParseKvLayout(layout_name);
-  if (!layout.ok()) return Fail("generate", "--layout: " + layout.status().message(), 2);
+};
+
+Result<std::vector<RequestSpec>> ReadRequests(const std::string& path) {
   std::ifstream f(path);
-  if (!f) return Fail("generate", "--requests: cannot read '" + path + "'", 2);
+  if (!f) return Status::Error("--requests: cannot read '" + path + "'");
   std::stringstream buf;
   buf << f.rdbuf();
   auto reqs = ParseRequests(buf.str());
-  if (!reqs.ok()) return Fail("generate", path + ": " + reqs.status().message(), 2);
-  if (threads > 0) omp_set_num_threads(static_cast<int>(threads));
+  if (!reqs.ok()) return reqs.status().WithContext(path);
+  return reqs;
+}
 
-  auto model = Model::Load(model_dir);
-  if (!model.ok()) return Fail("generate", model.status().message(), 1);
-  const ModelSpec& spec = (*model)->spec();
-  EngineOptions opt;
-  opt.mode = *mode;
-  opt.width = static_cast<int32_t>(width);
-  opt.min_coda = static_cast<int32_t>(k);
-  opt.flush_steps = static_cast<int32_t>(flush);
-  opt.lookahead = lookahead;
-  opt.prefill_budget = budget;
-  opt.layout = *layout;
-  opt.kv_bytes = static_cast<size_t>(kv_memory);
-  if (spec.loop.looped) {
-    int32_t depth = static_cast<int32_t>(max_depth);
-    if (depth == 0)
-      for (const RequestSpec& r : *reqs) depth = std::max(depth, r.loops > 0 ? r.loops : spec.loop.default_loops);
-    opt.max_depth = depth;
-  }
-  auto engine = Engine::Create(**model, opt);
-  if (!engine.ok()) return Fail("generate", engine.status().message(), 1);
-  Engine& e = **engine;
-  std::vector<RequestId> ids;
-  std::vector<std::string> errors(reqs->size());
-  for (size_t i = 0; i < reqs->size(); ++i) {
-    const std::string name = (*reqs)[i].name;
-    auto id = e.AddRequest((*reqs)[i]);
-    ids.push_back(id.ok() ? *id : -1);
-    if (!id.ok()) {
-      errors[i] = id.status().message();
-      std::fprintf(stderr, "fathom generate: request '%s': %s\n", name.c_str(), errors[i].c_str());
-    }
-  }
-  if (Status s = e.RunToCompletion(); !s.ok()) return Fail("generate", s.message(), 1);
-
+// Each request's output (or why the engine refused it) and the run's summary.
+json Report(const Engine& e, const std::vector<RequestSpec>& reqs, const std::vector<RequestId>& ids,
+            const std::vector<std::string>& errors, const EngineOptions& opt) {
   const EngineStats& st = e.stats();
   const double tps = st.seconds > 0 ? static_cast<double>(st.output_tokens) / st.seconds : 0;
-  const double mean_depth = st.decode_tokens ? static_cast<double>(st.depth_sum) / static_cast<double>(st.decode_tokens) : 0;
-  const double sched_share = st.seconds > 0 ? st.schedule_seconds / st.seconds : 0;
+  const double mean_depth =
+      st.decode_tokens ? static_cast<double>(st.depth_sum) / static_cast<double>(st.decode_tokens) : 0;
   json batch = json::object();
   for (Stage s : {Stage::kPrefill, Stage::kPrelude, Stage::kCore, Stage::kCoda}) {
     const StageStats& ss = st.stage[static_cast<int>(s)];
     batch[std::string(StageName(s))] = ss.runs ? static_cast<double>(ss.rows) / static_cast<double>(ss.runs) : 0.0;
   }
   json out_reqs = json::array();
-  for (size_t i = 0; i < reqs->size(); ++i) {
-    json j = {{"id", (*reqs)[i].name}};
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    json j = {{"id", reqs[i].name}};
     if (ids[i] < 0) {
       j["output_ids"] = json::array();
       j["exit_depths"] = json::array();
@@ -251,8 +215,8 @@ int RunGenerateRequests(const std::vector<std::string>& args) {
     }
     out_reqs.push_back(j);
   }
-  json summary = {{"scheduler", std::string(SchedModeName(*mode))},
-                  {"layout", std::string(KvLayoutName(*layout))},
+  json summary = {{"scheduler", std::string(SchedModeName(opt.mode))},
+                  {"layout", std::string(KvLayoutName(opt.layout))},
                   {"output_tokens", st.output_tokens},
                   {"seconds", st.seconds},
                   {"output_tokens_per_s", tps},
@@ -260,24 +224,75 @@ int RunGenerateRequests(const std::vector<std::string>& args) {
                   {"mean_batch_size", batch},
                   {"steps", st.steps},
                   {"preemptions", st.preemptions},
-                  {"scheduler_time_share", sched_share}};
-  if (json_out) {
-    std::printf("%s\n", json({{"requests", out_reqs}, {"summary", summary}}).dump().c_str());
-  } else {
-    for (const json& j : out_reqs) {
-      std::printf("%s: output ids %s\n", j["id"].get<std::string>().c_str(), j["output_ids"].dump().c_str());
-      if (spec.loop.looped) std::printf("  exit depths %s\n", j["exit_depths"].dump().c_str());
-      std::printf("  finish reason: %s\n", j["finish_reason"].get<std::string>().c_str());
-    }
-    std::printf("summary: %s, layout %s, %lld output tokens in %.3f s (%.1f tok/s), mean exit depth %.2f,\n",
-                sched.c_str(), layout_name.c_str(), static_cast<long long>(st.output_tokens), st.seconds, tps,
-                mean_depth);
-    std::printf("  mean batch size: prefill %.1f tokens, prelude %.1f, core %.1f, coda %.1f;\n",
-                batch["prefill"].get<double>(), batch["prelude"].get<double>(), batch["core"].get<double>(),
-                batch["coda"].get<double>());
-    std::printf("  %lld steps, %lld preemptions, scheduler time share %.2f%%\n", static_cast<long long>(st.steps),
-                static_cast<long long>(st.preemptions), 100 * sched_share);
+                  {"scheduler_time_share", st.seconds > 0 ? st.schedule_seconds / st.seconds : 0}};
+  return {{"requests", out_reqs}, {"summary", summary}};
+}
+
+void PrintText(const json& report, bool looped) {
+  for (const json& j : report["requests"]) {
+    std::printf("%s: output ids %s\n", j["id"].get<std::string>().c_str(), j["output_ids"].dump().c_str());
+    if (looped) std::printf("  exit depths %s\n", j["exit_depths"].dump().c_str());
+    std::printf("  finish reason: %s\n", j["finish_reason"].get<std::string>().c_str());
   }
+  const json& s = report["summary"];
+  const json& batch = s["mean_batch_size"];
+  std::printf("summary: %s, layout %s, %lld output tokens in %.3f s (%.1f tok/s), mean exit depth %.2f,\n",
+              s["scheduler"].get<std::string>().c_str(), s["layout"].get<std::string>().c_str(),
+              static_cast<long long>(s["output_tokens"].get<int64_t>()), s["seconds"].get<double>(),
+              s["output_tokens_per_s"].get<double>(), s["mean_exit_depth"].get<double>());
+  std::printf("  mean batch size: prefill %.1f tokens, prelude %.1f, core %.1f, coda %.1f;\n",
+              batch["prefill"].get<double>(), batch["prelude"].get<double>(), batch["core"].get<double>(),
+              batch["coda"].get<double>());
+  std::printf("  %lld steps, %lld preemptions, scheduler time share %.2f%%\n",
+              static_cast<long long>(s["steps"].get<int64_t>()), static_cast<long long>(s["preemptions"].get<int64_t>()),
+              100 * s["scheduler_time_share"].get<double>());
+}
+
+}  // namespace
+
+int RunGenerateRequests(const std::vector<std::string>& args) {
+  RequestsArgs a;
+  FlagSet flags(
+      "fathom generate",
+      "fathom generate --model DIR --requests FILE [--scheduler cb|cdb-norefill|cdb-refill]\n"
+      "                [--layout NAME] [--k K] [--width W] [--kv-memory BYTES] [--lookahead] [--json]",
+      "Runs every request of FILE (one JSON object per line, e.g. {\"id\": \"r1\", \"prompt_ids\":\n"
+      "[1, 2, 3], \"max_tokens\": 16, \"temperature\": 0, \"loops\": 4} or \"exit_threshold\": 0.5)\n"
+      "through the batched engine and prints each request's output and exit depths, then a\n"
+      "summary: output tokens/s, mean exit depth, mean batch size per stage, preemptions and\n"
+      "the scheduler's share of the time.");
+  a.Declare(flags);
+  if (Status s = flags.Parse(args); !s.ok()) return Fail("generate", s.message(), 2);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  auto opt = a.engine.Options();
+  if (!opt.ok()) return Fail("generate", opt.status().message(), 2);
+  auto reqs = ReadRequests(a.path);
+  if (!reqs.ok()) return Fail("generate", reqs.status().message(), 2);
+  ApplyThreads(a.threads);
+  auto model = Model::Load(a.model_dir);
+  if (!model.ok()) return Fail("generate", model.status().message(), 1);
+  const ModelSpec& spec = (*model)->spec();
+  if (!spec.loop.looped) opt->max_depth = 0;
+  else if (opt->max_depth == 0)
+    for (const RequestSpec& r : *reqs) opt->max_depth = std::max(opt->max_depth, r.loops > 0 ? r.loops : spec.loop.default_loops);
+  auto engine = Engine::Create(**model, *opt);
+  if (!engine.ok()) return Fail("generate", engine.status().message(), 1);
+  std::vector<RequestId> ids;
+  std::vector<std::string> errors(reqs->size());
+  for (size_t i = 0; i < reqs->size(); ++i) {
+    auto id = (*engine)->AddRequest((*reqs)[i]);
+    ids.push_back(id.ok() ? *id : -1);
+    if (id.ok()) continue;
+    errors[i] = id.status().message();
+    std::fprintf(stderr, "fathom generate: request '%s': %s\n", (*reqs)[i].name.c_str(), errors[i].c_str());
+  }
+  if (Status s = (*engine)->RunToCompletion(); !s.ok()) return Fail("generate", s.message(), 1);
+  const json report = Report(**engine, *reqs, ids, errors, *opt);
+  if (a.json) std::printf("%s\n", report.dump().c_str());
+  else PrintText(report, spec.loop.looped);
   for (const std::string& err : errors)
     if (!err.empty()) return 1;
   return 0;

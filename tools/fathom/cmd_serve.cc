@@ -9,118 +9,61 @@
 #include <filesystem>
 #include <thread>
 
-#include <omp.h>
-
 #include "commands.h"
 #include "engine/engine.h"
+#include "engine_flags.h"
 #include "flags.h"
-#include "lookahead_flag.h"
 #include "model/model.h"
 #include "serve/engine_loop.h"
 #include "serve/http_server.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fathom::cli {
+namespace {
 
-int RunServe(const std::vector<std::string>& args) {
-  std::string model_dir, host = "127.0.0.1", api_key, served_name, sched = "cdb-refill", layout_name = "last-exited";
-  int64_t port = 8000, width = 8, k = 1, max_pending = 256, threads = 0, http_threads = 64, kv_mb = 0;
-  int64_t budget = 256, max_depth = 0, heartbeat_ms = 1000, max_body_mb = 8;
-  bool lookahead = false;
-  FlagSet flags(
-      "fathom serve",
-      "fathom serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--served-model-name NAME]\n"
-      "             [--scheduler cb|cdb-norefill|cdb-refill] [--width W] [--k K] [--max-pending N]\n"
-      "             [--threads N] [--http-threads N] [--kv-mb N] [--lookahead]",
-      "Serves the model over an OpenAI-compatible HTTP API: POST /v1/completions and\n"
-      "/v1/chat/completions (\"stream\": true for server-sent events), GET /v1/models, /health and\n"
-      "/metrics (Prometheus). Extensions per request: \"exit_threshold\" (the model's exit signal),\n"
-      "\"max_loops\", \"min_loops\", \"ignore_eos\". SIGTERM / SIGINT drain in-flight requests and exit.\n"
-      "The model directory needs tokenizer.json (and tokenizer_config.json for chat).");
-  flags.String("--model", &model_dir, "Hugging Face model directory with tokenizer.json");
-  flags.String("--host", &host, "address to listen on (default 127.0.0.1)");
-  flags.Int("--port", &port, "port (default 8000; 0: any free port)", 0, 65535);
-  flags.String("--api-key", &api_key, "require 'Authorization: Bearer KEY' on /v1/*");
-  flags.String("--served-model-name", &served_name, "the model's name in the API (default: DIR's basename)");
-  flags.String("--scheduler", &sched, "cb, cdb-norefill or cdb-refill (default)");
-  flags.String("--layout", &layout_name, "KV layout (default last-exited)");
-  flags.Int("--width", &width, "decode width W: tokens in flight (default 8)", 1, 1 << 16);
-  flags.Int("--k", &k, "minimum coda batch K (cdb-refill; default 1)", 1, 1 << 20);
-  flags.Int("--prefill-budget", &budget, "prompt tokens per prefill step (default 256)", 1, 1 << 24);
-  flags.Int("--max-depth", &max_depth, "KV depth r_max (default: the model's loop count)", 1, 4096);
-  flags.Int("--kv-mb", &kv_mb, "KV pool in MiB (default: 4096 blocks)", 1, 1 << 24);
-  DeclareLookahead(flags, &lookahead);
-  flags.Int("--max-pending", &max_pending, "requests queued or running before 429 (default 256)", 1, 1 << 24);
-  flags.Int("--threads", &threads, "compute threads (default: all cores)", 1, 1024);
-  flags.Int("--http-threads", &http_threads, "HTTP worker threads; each open stream holds one (default 64)", 1,
-            4096);
-  flags.Int("--max-body-mb", &max_body_mb, "largest request body in MiB (default 8; larger: 413)", 1, 1024);
-  flags.Int("--heartbeat-ms", &heartbeat_ms, "SSE keep-alive comment interval (default 1000)", 1, 600000);
-  flags.Require("--model");
-  if (Status s = flags.Parse(args); !s.ok()) return Fail("serve", s.message(), 2);
-  if (flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
+// The flags of `fathom serve`; the engine's own come from EngineFlags.
+struct ServeArgs {
+  std::string model_dir, host = "127.0.0.1", api_key, served_name;
+  int64_t port = 8000, max_pending = 256, threads = 0, http_threads = 64, heartbeat_ms = 1000, max_body_mb = 8;
+  EngineFlags engine{kServeEngineFlags};
+
+  void Declare(FlagSet& f) {
+    f.String("--model", &model_dir, "Hugging Face model directory with tokenizer.json");
+    f.String("--host", &host, "address to listen on (default 127.0.0.1)");
+    f.Int("--port", &port, "port (default 8000; 0: any free port)", 0, 65535);
+    f.String("--api-key", &api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+    f.String("--served-model-name", &served_name, "the model's name in the API (default: DIR's basename)");
+    engine.Declare(f);
+    f.Int("--max-pending", &max_pending, "requests queued or running before 429 (default 256)", 1, 1 << 24);
+    DeclareThreads(f, &threads);
+    f.Int("--http-threads", &http_threads, "HTTP worker threads; each open stream holds one (default 64)", 1, 4096);
+    f.Int("--max-body-mb", &max_body_mb, "largest request body in MiB (default 8; larger: 413)", 1, 1024);
+    f.Int("--heartbeat-ms", &heartbeat_ms, "SSE keep-alive comment interval (default 1000)", 1, 600000);
+    f.Require("--model");
   }
-  auto mode = ParseSchedMode(sched);
-  if (!mode.ok()) return Fail("serve", "--" + mode.status().message(), 2);
-  auto layout = ParseKvLayout(layout_name);
-  if (!layout.ok()) return Fail("serve", "--layout: " + layout.status().message(), 2);
-  namespace fs = std::filesystem;
-  if (!fs::exists(fs::path(model_dir) / "tokenizer.json"))
-    return Fail("serve", "--model: no tokenizer.json in '" + model_dir +
-                             "': copy the checkpoint's tokenizer files there, or write a test one with "
-                             "`fathom make-model FAMILY DIR --tokenizer`",
-                2);
-  if (served_name.empty()) {
-    fs::path p(model_dir);
-    served_name = (p.has_filename() ? p.filename() : p.parent_path().filename()).string();
-  }
+};
 
-  // Signals go to a sigwait thread (blocked here, before any thread exists, so that every
-  // thread inherits the mask); SIGPIPE from a vanished client must not kill the server.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-  if (threads > 0) omp_set_num_threads(static_cast<int>(threads));
-
-  auto model = Model::Load(model_dir);
-  if (!model.ok()) return Fail("serve", model.status().message(), 1);
-  auto tok = Tokenizer::Load(model_dir);
-  if (!tok.ok()) return Fail("serve", tok.status().message(), 1);
-  const ModelSpec& spec = (*model)->spec();
-  if (Status s = serve::CheckVocabulary(**tok, spec); !s.ok()) return Fail("serve", s.message(), 1);
-  EngineOptions opt;
-  opt.mode = *mode;
-  opt.width = static_cast<int32_t>(width);
-  opt.min_coda = static_cast<int32_t>(k);
-  opt.prefill_budget = budget;
-  opt.layout = *layout;
-  opt.max_depth = static_cast<int32_t>(max_depth);
-  opt.kv_bytes = static_cast<size_t>(kv_mb) << 20;
-  opt.lookahead = lookahead;
-  auto engine = Engine::Create(**model, opt);
+// Serves until SIGTERM / SIGINT (blocked in `sigs` by the caller), which drain.
+int Serve(const ServeArgs& a, const sigset_t& sigs, const Model& model, const Tokenizer& tok,
+          const EngineOptions& opt) {
+  auto engine = Engine::Create(model, opt);
   if (!engine.ok()) return Fail("serve", engine.status().message(), 1);
-  const serve::ModelLimits limits = serve::LimitsOf(**model, **engine);
-
+  const serve::ModelLimits limits = serve::LimitsOf(model, **engine);
   serve::EngineLoopOptions lopt;
-  lopt.max_pending = max_pending;
+  lopt.max_pending = a.max_pending;
   serve::EngineLoop loop(std::move(*engine), lopt);
   serve::ServerOptions sopt;
-  sopt.host = host;
-  sopt.port = static_cast<int>(port);
-  sopt.api_key = api_key;
-  sopt.model_name = served_name;
-  sopt.threads = static_cast<int>(http_threads);
-  sopt.heartbeat_ms = static_cast<int>(heartbeat_ms);
-  sopt.max_body_bytes = static_cast<size_t>(max_body_mb) << 20;
-  serve::HttpServer server(**tok, loop, limits, sopt);
+  sopt.host = a.host;
+  sopt.port = static_cast<int>(a.port);
+  sopt.api_key = a.api_key;
+  sopt.model_name = a.served_name;
+  sopt.threads = static_cast<int>(a.http_threads);
+  sopt.heartbeat_ms = static_cast<int>(a.heartbeat_ms);
+  sopt.max_body_bytes = static_cast<size_t>(a.max_body_mb) << 20;
+  serve::HttpServer server(tok, loop, limits, sopt);
   if (Status s = server.Bind(); !s.ok()) return Fail("serve", s.message(), 1);
-  std::printf("fathom serve: listening on http://%s:%d (model '%s', scheduler %s)\n", host.c_str(), server.port(),
-              served_name.c_str(), sched.c_str());
+  std::printf("fathom serve: listening on http://%s:%d (model '%s', scheduler %s)\n", a.host.c_str(), server.port(),
+              a.served_name.c_str(), std::string(SchedModeName(opt.mode)).c_str());
   std::fflush(stdout);
 
   std::atomic<bool> listening_done{false};
@@ -139,6 +82,55 @@ int RunServe(const std::vector<std::string>& args) {
   if (!s.ok()) return Fail("serve", s.message(), 1);
   std::fprintf(stderr, "fathom serve: stopped\n");
   return 0;
+}
+
+}  // namespace
+
+int RunServe(const std::vector<std::string>& args) {
+  ServeArgs a;
+  FlagSet flags(
+      "fathom serve",
+      "fathom serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--served-model-name NAME]\n"
+      "             [--scheduler cb|cdb-norefill|cdb-refill] [--width W] [--k K] [--max-pending N]\n"
+      "             [--threads N] [--http-threads N] [--kv-mb N] [--lookahead]",
+      "Serves the model over an OpenAI-compatible HTTP API: POST /v1/completions and\n"
+      "/v1/chat/completions (\"stream\": true for server-sent events), GET /v1/models, /health and\n"
+      "/metrics (Prometheus). Extensions per request: \"exit_threshold\" (the model's exit signal),\n"
+      "\"max_loops\", \"min_loops\", \"ignore_eos\". SIGTERM / SIGINT drain in-flight requests and exit.\n"
+      "The model directory needs tokenizer.json (and tokenizer_config.json for chat).");
+  a.Declare(flags);
+  if (Status s = flags.Parse(args); !s.ok()) return Fail("serve", s.message(), 2);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  auto opt = a.engine.Options();
+  if (!opt.ok()) return Fail("serve", opt.status().message(), 2);
+  namespace fs = std::filesystem;
+  if (!fs::exists(fs::path(a.model_dir) / "tokenizer.json"))
+    return Fail("serve", "--model: no tokenizer.json in '" + a.model_dir +
+                             "': copy the checkpoint's tokenizer files there, or write a test one with "
+                             "`fathom make-model FAMILY DIR --tokenizer`",
+                2);
+  if (a.served_name.empty()) {
+    fs::path p(a.model_dir);
+    a.served_name = (p.has_filename() ? p.filename() : p.parent_path().filename()).string();
+  }
+  // Signals go to a sigwait thread (blocked here, before any thread exists, so that every
+  // thread inherits the mask); SIGPIPE from a vanished client must not kill the server.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  ApplyThreads(a.threads);
+  auto model = Model::Load(a.model_dir);
+  if (!model.ok()) return Fail("serve", model.status().message(), 1);
+  auto tok = Tokenizer::Load(a.model_dir);
+  if (!tok.ok()) return Fail("serve", tok.status().message(), 1);
+  if (Status s = serve::CheckVocabulary(**tok, (*model)->spec()); !s.ok()) return Fail("serve", s.message(), 1);
+  return Serve(a, sigs, **model, **tok, *opt);
 }
 
 }  // namespace fathom::cli
