@@ -1,5 +1,6 @@
 #include "bench/driver.h"
 
+#include <sys/resource.h>
 #include <time.h>
 
 #include <chrono>
@@ -45,6 +46,12 @@ double ProcessCpuSeconds() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+int64_t MinorFaults() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<int64_t>(ru.ru_minflt);
 }
 
 }  // namespace
@@ -94,6 +101,7 @@ Result<RunResult> RunWorkload(const Model& model, const EngineOptions& opt,
   std::vector<size_t> index_of;  // engine RequestId -> request index
   const auto t0 = Clock::now();
   const double cpu0 = ProcessCpuSeconds();
+  const int64_t faults0 = MinorFaults();
   auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   size_t next = 0;
   int64_t done_tokens = 0;
@@ -131,6 +139,7 @@ Result<RunResult> RunWorkload(const Model& model, const EngineOptions& opt,
   }
   res.wall_seconds = now();
   res.cpu_seconds = ProcessCpuSeconds() - cpu0;
+  res.minor_faults = MinorFaults() - faults0;
   res.stats = engine->stats();
   const EngineStats& st = res.stats;
   res.mean_depth = st.decode_tokens ? static_cast<double>(st.depth_sum) / static_cast<double>(st.decode_tokens) : 0;

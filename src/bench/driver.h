@@ -49,6 +49,7 @@ struct RunResult {
   // process's time slices lengthen the wall time but not this, so throughput ratios taken
   // over CPU time spread less from run to run (caches and memory bandwidth still shared).
   double cpu_seconds = 0;
+  int64_t minor_faults = 0;  // page faults of the process over the run (first touch of memory)
   double mean_depth = 0;     // of decode tokens (coda-emitted)
   double prefill_share = 0;  // prefill stage time / engine time
   double output_tok_s() const {

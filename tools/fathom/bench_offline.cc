@@ -293,6 +293,7 @@ int RunBenchOffline(const std::vector<std::string>& args) {
                            {"ratio_to_cb_cpu", series[i].ratio_cpu[round]},
                            {"output_tokens", rr.stats.output_tokens},
                            {"preemptions", rr.stats.preemptions},
+                           {"minor_faults", rr.minor_faults},
                            {"prefill_share", rr.prefill_share},
                            {"alpha", alphas[round]},
                            {"cp_measured_s", measured[round].cp},
