@@ -31,8 +31,8 @@ std::map<std::string, std::string> HelpLines(const std::string& help) {
   return out;
 }
 
-const std::vector<std::string> kCommands = {"generate --requests x", "serve",         "bench serve",
-                                            "bench online",          "bench k-sweep", "bench decode"};
+const std::vector<std::string> kCommands = {"generate --requests x", "serve",         "bench serve",  "bench online",
+                                            "bench k-sweep",         "bench decode",  "bench offline"};
 
 TEST(EngineFlagsCli, OneHelpPerFlagWithTheEnginesDefaults) {
   const EngineOptions d;
@@ -101,6 +101,18 @@ TEST(EngineFlagsCli, GivenOptionsReachTheEngine) {
   r = Fathom("bench decode --model " + dir / "ouro" + " --prompt 4 --gen 2 --threads 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(nlohmann::json::parse(r.output)["layout"], std::string(KvLayoutName(EngineOptions{}.layout)));
+  // bench offline takes them from the same declarations (it once had its own copies).
+  r = Fathom("bench offline --model " + dir / "ouro" +
+             " --requests 2 --schedulers cb --no-control --width 3 --k 2 --layout hybrid --max-depth 2 --quiet --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["width"], 3);
+  EXPECT_EQ(j["k"], 2);
+  EXPECT_EQ(j["layout"], "hybrid");
+  EXPECT_EQ(j["r_max"], 2);
+  r = Fathom("bench offline --model " + dir / "ouro" + " --layout sideways 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--layout: unknown KV layout \"sideways\""), std::string::npos) << r.output;
   // A pool too small for a block is the engine's error, so --kv-memory reached it.
   r = Fathom("generate --model " + dir / "ouro" + " --requests " + dir / "req.jsonl" + " --kv-memory 1 2>&1");
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -20,31 +20,19 @@
 namespace fathom::cli {
 namespace {
 
-// Flags shared by online and k-sweep; the engine's own come from EngineFlags (`engine_bits`).
-struct Common {
+// Flags shared by online and k-sweep: the requests' (BenchWorkloadFlags) and the engine's
+// (EngineFlags, `engine_bits`).
+struct Common : BenchWorkloadFlags {
   explicit Common(uint32_t engine_bits) : engine(engine_bits) {}
-  std::string model_dir, workload = "alpaca", dataset, tokenizer_dir, exit_trace;
-  int64_t n = 32, min_depth = 0, seed = 0, threads = 1;
-  double mean_depth = 0;
+  int64_t threads = 1;
   bool json = false, quiet = false;
   EngineFlags engine;
   void Declare(FlagSet& f) {
-    f.String("--model", &model_dir, "Hugging Face model directory of a looped model");
-    f.String("--workload", &workload, "alpaca (default), sharegpt or arxiv");
-    f.Int("--requests", &n, "number of requests (default 32)", 1, 1 << 24);
-    f.String("--dataset", &dataset, "the workload's real data file (Alpaca JSON, ShareGPT JSON or arXiv JSONL)\n"
-             "instead of synthetic requests; tokenized with the model's tokenizer");
-    f.String("--tokenizer", &tokenizer_dir, "directory of the tokenizer.json for --dataset (default: --model)");
+    BenchWorkloadFlags::Declare(f);
     engine.Declare(f);
-    f.Double("--mean-depth", &mean_depth, "mean exit depth (default (min-depth + r_max) / 2)", 1, 4096);
-    f.Int("--min-depth", &min_depth, MinDepthHelp(), 1, 4096);
-    f.String("--exit-trace", &exit_trace, "replay the exit depths `fathom generate --json` recorded on a real\n"
-             "checkpoint (instead of seeded random depths)");
-    f.Int("--seed", &seed, "workload, exit-trace and arrival seed (default 0)", 0, INT64_MAX);
     DeclareThreads(f, &threads);
     f.Bool("--quiet", &quiet, "no progress on stderr");
     f.Bool("--json", &json, "print JSON, one object per line");
-    f.Require("--model");
   }
 };
 
@@ -55,20 +43,8 @@ struct Setup {
   int32_t r_max = 0;
 };
 
-// The exit depths' flags resolved against r_max: --min-depth's default follows
-// --lookahead, --mean-depth's is halfway to r_max, and a recorded trace excludes both.
-Status ResolveDepths(Common& c, const FlagSet& flags, bool lookahead, int32_t r_max) {
-  if (std::string e = ResolveMinDepth(flags, lookahead, &c.min_depth); !e.empty()) return Status::Error(e);
-  if (!flags.Seen("--mean-depth")) c.mean_depth = 0.5 * static_cast<double>(c.min_depth + r_max);
-  if (c.mean_depth < static_cast<double>(c.min_depth) || c.mean_depth > r_max)
-    return Status::Error("--mean-depth: outside [--min-depth, r_max]");
-  if (!c.exit_trace.empty() && (flags.Seen("--mean-depth") || flags.Seen("--min-depth")))
-    return Status::Error("--exit-trace replays recorded depths: it cannot be combined with --mean-depth or --min-depth");
-  return Status::Ok();
-}
-
 Result<Setup> Prepare(Common& c, const FlagSet& flags) {
-  FATHOM_ASSIGN_OR_RETURN(bench::WorkloadKind w, bench::ParseWorkload(c.workload));
+  FATHOM_RETURN_IF_ERROR(bench::ParseWorkload(c.workload).status().WithContext("--workload"));
   Setup s;
   FATHOM_ASSIGN_OR_RETURN(s.opt, c.engine.Options());
   ApplyThreads(c.threads);
@@ -77,13 +53,8 @@ Result<Setup> Prepare(Common& c, const FlagSet& flags) {
   if (!spec.loop.looped) return Status::Error("--model: not a looped model");
   FATHOM_ASSIGN_OR_RETURN(s.r_max, ResolveLoops(spec, s.opt.max_depth));
   s.opt.max_depth = s.r_max;
-  FATHOM_RETURN_IF_ERROR(ResolveDepths(c, flags, s.opt.lookahead, s.r_max));
-  const auto seed = static_cast<uint64_t>(c.seed);
-  FATHOM_ASSIGN_OR_RETURN(
-      BenchRequests built,
-      MakeBenchRequests({w, c.dataset, c.tokenizer_dir, c.model_dir, c.n, seed, c.exit_trace, s.r_max, s.opt.lookahead},
-                        spec, {c.mean_depth, static_cast<int32_t>(c.min_depth), seed, {}}));
-  if (!c.exit_trace.empty()) c.mean_depth = built.trace_mean;
+  FATHOM_RETURN_IF_ERROR(c.ResolveDepths(flags, s.opt.lookahead, s.r_max));
+  FATHOM_ASSIGN_OR_RETURN(BenchRequests built, c.Make(spec, s.r_max, s.opt.lookahead));
   s.reqs = std::move(built.reqs);
   // Warm-up, discarded.
   std::vector<RequestSpec> warm(s.reqs.begin(), s.reqs.begin() + std::min<int64_t>(c.n, 4));

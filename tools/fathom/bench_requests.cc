@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "bench/dataset.h"
+#include "engine_flags.h"
 #include "serve/openai_api.h"
 #include "tokenizer/tokenizer.h"
 
@@ -45,6 +46,43 @@ Result<BenchRequests> MakeBenchRequests(const BenchRequestSource& src, const Mod
     out.output_tokens += r.max_tokens;
   }
   return out;
+}
+
+void BenchWorkloadFlags::Declare(FlagSet& f) {
+  f.String("--model", &model_dir, "Hugging Face model directory of a looped model");
+  f.String("--workload", &workload, "alpaca (default), sharegpt or arxiv");
+  f.Int("--requests", &n, "number of requests (default 32)", 1, 1 << 24);
+  f.String("--dataset", &dataset, "the workload's real data file (Alpaca JSON, ShareGPT JSON or arXiv JSONL)\n"
+           "instead of synthetic requests; tokenized with the model's tokenizer");
+  f.String("--tokenizer", &tokenizer_dir, "directory of the tokenizer.json for --dataset (default: --model)");
+  f.Double("--mean-depth", &mean_depth, "mean exit depth d (default (min-depth + r_max) / 2)", 1, 4096);
+  f.Int("--min-depth", &min_depth, MinDepthHelp(), 1, 4096);
+  f.String("--exit-trace", &exit_trace, "replay the exit depths `fathom generate --json` recorded on a real\n"
+           "checkpoint (instead of seeded random depths; src/bench/exit_trace.h)");
+  f.Int("--seed", &seed, "seed of the workload, the exit depths and bench online's arrivals (default 0)", 0,
+        INT64_MAX);
+  f.Require("--model");
+}
+
+Status BenchWorkloadFlags::ResolveDepths(const FlagSet& flags, bool lookahead, int32_t r_max) {
+  if (std::string e = ResolveMinDepth(flags, lookahead, &min_depth); !e.empty()) return Status::Error(e);
+  if (min_depth > r_max) return Status::Error("--min-depth: above r_max " + std::to_string(r_max));
+  if (!flags.Seen("--mean-depth")) mean_depth = 0.5 * static_cast<double>(min_depth + r_max);
+  if (mean_depth < static_cast<double>(min_depth) || mean_depth > r_max)
+    return Status::Error("--mean-depth: outside [--min-depth, r_max]");
+  if (!exit_trace.empty() && (flags.Seen("--mean-depth") || flags.Seen("--min-depth")))
+    return Status::Error("--exit-trace replays recorded depths: it cannot be combined with --mean-depth or --min-depth");
+  return Status::Ok();
+}
+
+Result<BenchRequests> BenchWorkloadFlags::Make(const ModelSpec& spec, int32_t r_max, bool lookahead) {
+  FATHOM_ASSIGN_OR_RETURN(bench::WorkloadKind kind, bench::ParseWorkload(workload));
+  const auto s = static_cast<uint64_t>(seed);
+  FATHOM_ASSIGN_OR_RETURN(BenchRequests built,
+                          MakeBenchRequests({kind, dataset, tokenizer_dir, model_dir, n, s, exit_trace, r_max, lookahead},
+                                            spec, {mean_depth, static_cast<int32_t>(min_depth), s, {}}));
+  if (!exit_trace.empty()) mean_depth = built.trace_mean;
+  return built;
 }
 
 }  // namespace fathom::cli

@@ -12,6 +12,7 @@
 #include "bench/driver.h"
 #include "core/status.h"
 #include "engine/engine.h"
+#include "flags.h"
 #include "model/model_spec.h"
 
 namespace fathom::cli {
@@ -39,5 +40,23 @@ struct BenchRequests {
 
 Result<BenchRequests> MakeBenchRequests(const BenchRequestSource& src, const ModelSpec& spec,
                                         const bench::ExitTraceOptions& exits);
+
+// The flags that choose a scheduler benchmark's requests and exit depths, declared once
+// for `bench offline`, `online` and `k-sweep` (the engine's own come from EngineFlags).
+struct BenchWorkloadFlags {
+  std::string model_dir, workload = "alpaca", dataset, tokenizer_dir, exit_trace;
+  int64_t n = 32, min_depth = 0, seed = 0;
+  double mean_depth = 0;
+
+  // --model (required), --workload, --requests, --dataset, --tokenizer, --mean-depth,
+  // --min-depth, --exit-trace, --seed.
+  void Declare(FlagSet& f);
+  // After parsing, with r_max known: --min-depth's default follows --lookahead,
+  // --mean-depth's is halfway from it to r_max, and a recorded trace excludes both.
+  // Errors name the flag (usage errors).
+  Status ResolveDepths(const FlagSet& flags, bool lookahead, int32_t r_max);
+  // The requests, after ResolveDepths; with --exit-trace, mean_depth becomes the trace's.
+  Result<BenchRequests> Make(const ModelSpec& spec, int32_t r_max, bool lookahead);
+};
 
 }  // namespace fathom::cli
