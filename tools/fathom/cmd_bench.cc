@@ -1,5 +1,3 @@
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdio>
 
@@ -137,7 +135,71 @@ int RunBenchDecode(const std::vector<std::string>& args) {
   return 0;
 }
 
+// One row per (context, batch): the median core-step time or "skipped" (KV over
+// --kv-gb), printed as it is measured unless `json`.
+Result<nlohmann::json> MeasureSteps(const Model& m, const std::vector<int64_t>& contexts,
+                                    const std::vector<int64_t>& batches, int64_t kv_gb, int64_t reps, bool json) {
+  nlohmann::json rows = nlohmann::json::array();
+  if (!json) std::printf("%8s %6s %12s %10s\n", "context", "batch", "step ms", "KV GB");
+  for (int64_t c : contexts)
+    for (int64_t b : batches) {
+      FATHOM_ASSIGN_OR_RETURN(StepLatency res, MeasureCoreStep(m, static_cast<int32_t>(b), c,
+                                                               static_cast<size_t>(kv_gb) * 1000000000ull,
+                                                               static_cast<int>(reps)));
+      rows.push_back({{"context", c}, {"batch", b}, {"skipped", res.skipped},
+                      {"step_ms", res.seconds * 1e3}, {"kv_gb", res.kv_gb}});
+      if (json) continue;
+      if (res.skipped)
+        std::printf("%8lld %6lld %12s %10.1f (over --kv-gb)\n", static_cast<long long>(c), static_cast<long long>(b),
+                    "skipped", res.kv_gb);
+      else
+        std::printf("%8lld %6lld %12.2f %10.2f\n", static_cast<long long>(c), static_cast<long long>(b),
+                    res.seconds * 1e3, res.kv_gb);
+      std::fflush(stdout);
+    }
+  return rows;
+}
+
+// --fit: t = delta + gamma N_b + alpha_kv N_c over the measured rows, B* per context from
+// that fit and from a line fitted to that context's points alone; printed unless `json`.
+Result<nlohmann::json> FitSteps(const nlohmann::json& rows, const std::vector<int64_t>& contexts, bool json) {
+  std::vector<bench::StepPoint> all;
+  for (const auto& row : rows)
+    if (!row["skipped"].get<bool>()) {
+      const auto b = static_cast<double>(row["batch"].get<int64_t>());
+      all.push_back({b, b * static_cast<double>(row["context"].get<int64_t>()), row["step_ms"].get<double>() / 1e3});
+    }
+  auto f = bench::FitStepLatency(all);
+  if (!f.ok()) return f.status().WithContext("--fit");
+  nlohmann::json fit = {{"delta_ms", f->delta * 1e3}, {"gamma_ms", f->gamma * 1e3}, {"alpha_kv_us", f->alpha_kv * 1e6},
+                        {"r2", f->r2}, {"b_star_no_context", f->delta / f->gamma},
+                        {"per_context", nlohmann::json::array()}};
+  if (!json)
+    std::printf("fit: t = %.3f ms + %.4f ms x N_b + %.4f us x N_c   (R^2 %.4f; B* = delta/gamma = %.1f)\n",
+                f->delta * 1e3, f->gamma * 1e3, f->alpha_kv * 1e6, f->r2, f->delta / f->gamma);
+  for (int64_t c : contexts) {
+    std::vector<std::vector<double>> x;
+    std::vector<double> y;
+    for (const bench::StepPoint& p : all)
+      if (p.n_c == p.n_b * static_cast<double>(c)) x.push_back({1.0, p.n_b}), y.push_back(p.seconds);
+    nlohmann::json pc = {{"context", c}, {"b_star", f->SaturationBatch(static_cast<double>(c))}};
+    auto line = bench::LeastSquares(x, y);
+    if (line.ok()) pc["delta_c_ms"] = (*line)[0] * 1e3, pc["gamma_c_ms"] = (*line)[1] * 1e3,
+                   pc["b_star_context_fit"] = (*line)[0] / (*line)[1];
+    if (!json) {
+      std::printf("  context %6lld: B* = %.1f (global fit)", static_cast<long long>(c), pc["b_star"].get<double>());
+      if (line.ok())
+        std::printf("; own fit t = %.3f ms + %.4f ms x N_b, B* = %.1f", (*line)[0] * 1e3, (*line)[1] * 1e3,
+                    (*line)[0] / (*line)[1]);
+      std::printf("\n");
+    }
+    fit["per_context"].push_back(pc);
+  }
+  return fit;
+}
+
 int RunBenchStepLatency(const std::vector<std::string>& args) {
+  const std::string cmd = "bench step-latency";
   std::string model_dir, batch_text = "1,2,4,8,16,32,64", ctx_text = "128,512,2048";
   int64_t threads = 2, reps = 5, kv_gb = 8;
   bool json = false, fit = false;
@@ -156,77 +218,32 @@ int RunBenchStepLatency(const std::vector<std::string>& args) {
   flags.String("--context", &ctx_text, "comma-separated context lengths");
   flags.Int("--kv-gb", &kv_gb, "KV memory budget in GB (default 8)", 1, 1 << 20);
   flags.Int("--reps", &reps, "repetitions per configuration (default 5)", 1, 1000);
-  flags.Int("--threads", &threads, "worker threads (default 2)", 1, 1024);
+  DeclareThreads(flags, &threads);
   flags.Bool("--fit", &fit, "fit the latency model and report the saturation batch B*");
   flags.Bool("--json", &json, "print one JSON object");
   flags.Require("--model");
-  if (Status s = flags.Parse(args); !s.ok()) return Fail("bench step-latency", s.message(), 2);
+  if (Status s = flags.Parse(args); !s.ok()) return Fail(cmd, s.message(), 2);
   if (flags.help_requested()) {
     std::fputs(flags.Help().c_str(), stdout);
     return 0;
   }
   auto batches = ParseIntList("--batch", batch_text);
-  if (!batches.ok()) return Fail("bench step-latency", batches.status().message(), 2);
+  if (!batches.ok()) return Fail(cmd, batches.status().message(), 2);
   auto contexts = ParseIntList("--context", ctx_text);
-  if (!contexts.ok()) return Fail("bench step-latency", contexts.status().message(), 2);
-  omp_set_num_threads(static_cast<int>(threads));
+  if (!contexts.ok()) return Fail(cmd, contexts.status().message(), 2);
+  ApplyThreads(threads);
   auto model = Model::Load(model_dir);
-  if (!model.ok()) return Fail("bench step-latency", model.status().message(), 1);
-  nlohmann::json rows = nlohmann::json::array();
-  if (!json) std::printf("%8s %6s %12s %10s\n", "context", "batch", "step ms", "KV GB");
-  for (int64_t c : *contexts)
-    for (int64_t b : *batches) {
-      auto res = MeasureCoreStep(**model, static_cast<int32_t>(b), c,
-                                 static_cast<size_t>(kv_gb) * 1000000000ull, static_cast<int>(reps));
-      if (!res.ok()) return Fail("bench step-latency", res.status().message(), 1);
-      rows.push_back({{"context", c}, {"batch", b}, {"skipped", res->skipped},
-                      {"step_ms", res->seconds * 1e3}, {"kv_gb", res->kv_gb}});
-      if (!json) {
-        if (res->skipped)
-          std::printf("%8lld %6lld %12s %10.1f (over --kv-gb)\n", static_cast<long long>(c),
-                      static_cast<long long>(b), "skipped", res->kv_gb);
-        else
-          std::printf("%8lld %6lld %12.2f %10.2f\n", static_cast<long long>(c),
-                      static_cast<long long>(b), res->seconds * 1e3, res->kv_gb);
-        std::fflush(stdout);
-      }
-    }
+  if (!model.ok()) return Fail(cmd, model.status().message(), 1);
+  auto rows = MeasureSteps(**model, *contexts, *batches, kv_gb, reps, json);
+  if (!rows.ok()) return Fail(cmd, rows.status().message(), 1);
   nlohmann::json fit_json;
   if (fit) {
-    std::vector<bench::StepPoint> all;
-    for (const auto& row : rows)
-      if (!row["skipped"].get<bool>()) {
-        const auto b = static_cast<double>(row["batch"].get<int64_t>());
-        all.push_back({b, b * static_cast<double>(row["context"].get<int64_t>()), row["step_ms"].get<double>() / 1e3});
-      }
-    auto f = bench::FitStepLatency(all);
-    if (!f.ok()) return Fail("bench step-latency", "--fit: " + f.status().message(), 1);
-    fit_json = {{"delta_ms", f->delta * 1e3}, {"gamma_ms", f->gamma * 1e3}, {"alpha_kv_us", f->alpha_kv * 1e6},
-                {"r2", f->r2}, {"b_star_no_context", f->delta / f->gamma}, {"per_context", nlohmann::json::array()}};
-    if (!json)
-      std::printf("fit: t = %.3f ms + %.4f ms x N_b + %.4f us x N_c   (R^2 %.4f; B* = delta/gamma = %.1f)\n",
-                  f->delta * 1e3, f->gamma * 1e3, f->alpha_kv * 1e6, f->r2, f->delta / f->gamma);
-    for (int64_t c : *contexts) {
-      std::vector<std::vector<double>> x;
-      std::vector<double> y;
-      for (const bench::StepPoint& p : all)
-        if (p.n_c == p.n_b * static_cast<double>(c)) x.push_back({1.0, p.n_b}), y.push_back(p.seconds);
-      nlohmann::json pc = {{"context", c}, {"b_star", f->SaturationBatch(static_cast<double>(c))}};
-      auto line = bench::LeastSquares(x, y);
-      if (line.ok()) pc["delta_c_ms"] = (*line)[0] * 1e3, pc["gamma_c_ms"] = (*line)[1] * 1e3,
-                     pc["b_star_context_fit"] = (*line)[0] / (*line)[1];
-      if (!json) {
-        std::printf("  context %6lld: B* = %.1f (global fit)", static_cast<long long>(c), pc["b_star"].get<double>());
-        if (line.ok())
-          std::printf("; own fit t = %.3f ms + %.4f ms x N_b, B* = %.1f", (*line)[0] * 1e3, (*line)[1] * 1e3,
-                      (*line)[0] / (*line)[1]);
-        std::printf("\n");
-      }
-      fit_json["per_context"].push_back(pc);
-    }
+    auto f = FitSteps(*rows, *contexts, json);
+    if (!f.ok()) return Fail(cmd, f.status().message(), 1);
+    fit_json = std::move(*f);
   }
   if (json) {
-    nlohmann::json j = {{"model", model_dir}, {"threads", threads}, {"results", rows}};
+    nlohmann::json j = {{"model", model_dir}, {"threads", threads}, {"results", *rows}};
     if (fit) j["fit"] = fit_json;
     std::printf("%s\n", j.dump().c_str());
   }

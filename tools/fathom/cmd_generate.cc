@@ -1,7 +1,5 @@
 #include <cstdio>
 
-#include <omp.h>
-
 #include <nlohmann/json.hpp>
 
 #include "cmd_requests.h"
@@ -31,6 +29,27 @@ Result<ExitCriterion> ParseCriterion(const std::string& v) {
   if (v == "latent-diff") return ExitCriterion::kLatentDiff;
   if (v == "kl") return ExitCriterion::kKl;
   return Status::Error("--exit-criterion: expected auto, hazard, latent-diff or kl, found '" + v + "'");
+}
+
+// The generated ids (and exit depths of a looped model) with prompt and decode speed.
+void Print(const GenerateResult& res, const GenerateOptions& opt, bool looped, bool json) {
+  const double decode_tps = res.decode_seconds > 0 ? static_cast<double>(res.decode_steps) / res.decode_seconds : 0;
+  const double prompt_tps = res.prefill_seconds > 0 ? static_cast<double>(opt.prompt.size()) / res.prefill_seconds : 0;
+  if (json) {
+    nlohmann::json j = {{"output_ids", res.ids},
+                        {"finish_reason", res.finish_reason},
+                        {"prompt_tokens", opt.prompt.size()},
+                        {"prompt_tokens_per_s", prompt_tps},
+                        {"decode_tokens_per_s", decode_tps}};
+    if (looped) j["exit_depths"] = res.exit_depths;
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("output ids: %s\n", Join(res.ids).c_str());
+  if (looped) std::printf("exit depths: %s\n", Join(res.exit_depths).c_str());
+  std::printf("finish reason: %s\n", res.finish_reason.c_str());
+  std::printf("prompt: %zu tokens, %.1f tok/s; decode: %lld tokens, %.2f tok/s\n", opt.prompt.size(), prompt_tps,
+              static_cast<long long>(res.decode_steps), decode_tps);
 }
 
 }  // namespace
@@ -65,7 +84,7 @@ int RunGenerate(const std::vector<std::string>& args) {
   flags.Int("--seed", &seed, "sampling seed (default 0)", 0, INT64_MAX);
   flags.String("--init-state", &init, "Huginn's initial state: zero (default) or seed:N");
   flags.Bool("--ignore-eos", &ignore_eos, "keep generating after the end-of-sequence token");
-  flags.Int("--threads", &threads, "worker threads (default: all cores)", 1, 1024);
+  DeclareThreads(flags, &threads);
   flags.Bool("--json", &json, "print one JSON object");
   for (const char* r : {"--model", "--prompt-ids"}) flags.Require(r);
   if (Status s = flags.Parse(args); !s.ok()) return Fail("generate", s.message(), 2);
@@ -93,30 +112,13 @@ int RunGenerate(const std::vector<std::string>& args) {
   opt.seed = static_cast<uint64_t>(seed);
   opt.init_seed = *init_seed;
   opt.stop_at_eos = !ignore_eos;
-  if (threads > 0) omp_set_num_threads(static_cast<int>(threads));
+  ApplyThreads(threads);
 
   auto model = Model::Load(model_dir);
   if (!model.ok()) return Fail("generate", model.status().message(), 1);
   auto res = Generate(**model, opt);
   if (!res.ok()) return Fail("generate", res.status().message(), 1);
-  const bool looped = (*model)->spec().loop.looped;
-  const double decode_tps = res->decode_seconds > 0 ? static_cast<double>(res->decode_steps) / res->decode_seconds : 0;
-  const double prompt_tps = res->prefill_seconds > 0 ? static_cast<double>(opt.prompt.size()) / res->prefill_seconds : 0;
-  if (json) {
-    nlohmann::json j = {{"output_ids", res->ids},
-                        {"finish_reason", res->finish_reason},
-                        {"prompt_tokens", opt.prompt.size()},
-                        {"prompt_tokens_per_s", prompt_tps},
-                        {"decode_tokens_per_s", decode_tps}};
-    if (looped) j["exit_depths"] = res->exit_depths;
-    std::printf("%s\n", j.dump().c_str());
-    return 0;
-  }
-  std::printf("output ids: %s\n", Join(res->ids).c_str());
-  if (looped) std::printf("exit depths: %s\n", Join(res->exit_depths).c_str());
-  std::printf("finish reason: %s\n", res->finish_reason.c_str());
-  std::printf("prompt: %zu tokens, %.1f tok/s; decode: %lld tokens, %.2f tok/s\n", opt.prompt.size(),
-              prompt_tps, static_cast<long long>(res->decode_steps), decode_tps);
+  Print(*res, opt, (*model)->spec().loop.looped, json);
   return 0;
 }
 
