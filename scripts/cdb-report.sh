@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the CB / CDB benchmark suite on the small Ouro- and Huginn-shaped presets and
-# renders REPORT.md with PNG plots (bench/report.py).
+# renders REPORT.md with PNG plots (scripts/render-cdb-report.py).
 #   scripts/cdb-report.sh [--quick] [OUTDIR]      (default OUTDIR: build/cdb-report)
 # --quick: fewer requests and configurations (meant to finish in a few minutes here).
 set -euo pipefail
@@ -23,4 +23,4 @@ $f bench offline --model build/models/huginn-small --workload alpaca --requests 
 $f bench step-latency --model build/models/ouro-small --batch $batches --context $contexts --reps 3 --threads 1 --fit --json > "$out/step-latency.json"
 $f bench online --model build/models/ouro-small --workload alpaca --rates $rates --requests $n_online --json > "$out/online.jsonl"
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/meta.txt"
-/usr/bin/python3 bench/report.py "$out"
+/usr/bin/python3 scripts/render-cdb-report.py "$out"

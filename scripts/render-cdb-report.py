@@ -2,7 +2,7 @@
 """Renders the CDB benchmark report: REPORT.md plus PNG plots, from the JSON that
 `fathom bench offline|step-latency --fit|online --json` printed (see scripts/cdb-report.sh).
 
-usage: /usr/bin/python3 bench/report.py RESULTS_DIR
+usage: /usr/bin/python3 scripts/render-cdb-report.py RESULTS_DIR
 RESULTS_DIR holds offline-*.jsonl (one JSON object per scheduler per line),
 step-latency.json and online.jsonl; REPORT.md and the PNGs are written there.
 """

@@ -1,7 +1,7 @@
 // Micro-benchmark of Linear (bf16 / f32 weights) on TinyLlama-sized layers, next to the
 // machine's read bandwidth, plus decode attention and sampling. Not built by CMake; build by
 // hand after `ninja -C build-kernels kernels_tests`:
-//   g++ -O3 -std=c++20 -mavx2 -mfma -mf16c -fopenmp -Isrc bench/kernels_bench.cc
+//   g++ -O3 -std=c++20 -mavx2 -mfma -mf16c -fopenmp -Isrc benchmarks/kernels/kernels_bench.cc
 //       build-kernels/libfathom_kernels.a build-kernels/libfathom_core.a -ldnnl -o /tmp/kbench
 //   OMP_NUM_THREADS=2 /tmp/kbench [--no-gemv | --attention]
 // --no-gemv: oneDNN at every M (turns off the M <= 2 AVX512-BF16 GEMV).

@@ -2,7 +2,7 @@
 // 512 rows (causal ends, one segment, a shuffled block table), per-row path against the
 // tiled path, in one process. Not built by CMake; build by hand after
 // `cmake --build build-attn --target kernels_tests`:
-//   g++ -O3 -std=c++20 -mavx2 -mfma -mf16c -fopenmp -Isrc bench/paged_attention_bench.cc
+//   g++ -O3 -std=c++20 -mavx2 -mfma -mf16c -fopenmp -Isrc benchmarks/kernels/paged_attention_bench.cc
 //       build-attn/libfathom_kernels.a build-attn/libfathom_core.a -ldnnl -o /tmp/pabench
 //   OMP_NUM_THREADS=1 /tmp/pabench [n_tokens ...]
 #include <algorithm>
