@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/httplib_include.h"
+#include "serve/openai_api.h"
 
 namespace fathom::serve {
 namespace {
@@ -77,6 +78,11 @@ void CompletionStream::OnData(const std::string& data, double now) {
     done_ = true;
     return;
   }
+  // A server's reply is outside input too: no tree deeper than the depth limit is built.
+  if (auto deep = JsonDepthError(data)) {
+    out_->error = "SSE data " + *deep;
+    return;
+  }
   const json j = json::parse(data, nullptr, false);
   if (j.is_discarded()) {
     out_->error = "unparsable SSE data: " + data.substr(0, 200);
@@ -98,6 +104,10 @@ void CompletionStream::OnData(const std::string& data, double now) {
 }
 
 void ReadCompletionResponse(const std::string& body, CompletionOutcome* out) {
+  if (auto deep = JsonDepthError(body)) {
+    out->error = "the response " + *deep;
+    return;
+  }
   const json j = json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("usage") || !j.contains("choices") ||
       !j["choices"].is_array() || j["choices"].empty() || !j["choices"][0].is_object()) {

@@ -1,8 +1,14 @@
 #include "serve/http_server.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <ctime>
+#include <fstream>
+#include <sstream>
 
+#include "serve/connection_loop.h"
 #include "serve/httplib_include.h"
 #include "serve/metrics.h"
 #include "serve/text_generation.h"
@@ -43,6 +49,21 @@ CompletionResult Summarize(const TextGeneration& gen, const RequestStream& strea
   return r;
 }
 
+// When a request's generation must have ended (request_timeout_ms; none for 0).
+using Deadline = std::optional<std::chrono::steady_clock::time_point>;
+Deadline DeadlineAfter(int64_t ms) {
+  if (ms <= 0) return std::nullopt;
+  return std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+}
+bool Expired(const Deadline& d) { return d && std::chrono::steady_clock::now() >= *d; }
+
+ApiError TimeoutError(int64_t ms) {
+  return Error(408, "timeout_error",
+               "the request did not finish within " + std::to_string(ms) +
+                   " ms (--request-timeout-s) and was cancelled; ask for fewer tokens",
+               "request_timeout");
+}
+
 // One streamed response: the state its content provider keeps between calls.
 struct StreamJob {
   StreamJob(const Tokenizer& tok, std::vector<std::string> stop) : gen(tok, std::move(stop)) {}
@@ -50,32 +71,98 @@ struct StreamJob {
   TextGeneration gen;
   ResponseMeta meta;
   Endpoint endpoint = Endpoint::kCompletions;
+  Deadline deadline;
   bool include_usage = false;
   bool started = false, finished = false;
   std::vector<TokenEvent> events;
 };
 
-// cpp-httplib 0.11 listens with a backlog of 5: a burst of new connections (32 clients
-// connecting at once) overflows it and some clients see their first request fail. Linux
-// lets listen() be called again on a listening socket to raise the backlog.
-class BacklogServer : public httplib::Server {
+// cpp-httplib's request handling without its accept loop: the ConnectionLoop accepts and
+// reads, and runs each request through process_request (protected, hence this subclass).
+class FrontServer : public httplib::Server {
  public:
+  bool RunOne(httplib::Stream& stream, bool close_connection, bool* closed) {
+    bool c = false;
+    const bool ok = process_request(stream, close_connection, c, nullptr);
+    *closed = c;
+    return ok;
+  }
+  int listen_socket() const { return svr_sock_; }
+  // cpp-httplib 0.11 listens with a backlog of 5: a burst of new connections (32 clients
+  // connecting at once) overflows it and some clients see their first request fail. Linux
+  // lets listen() be called again on a listening socket to raise the backlog.
   void RaiseBacklog(int n) {
     const socket_t s = svr_sock_;
     if (s != INVALID_SOCKET) ::listen(s, n);
   }
+  // cpp-httplib ends chunked responses (open streams) once svr_sock_ is invalid, as its
+  // own stop() makes it; the descriptor itself stays open until the ConnectionLoop, which
+  // polls it, has returned (closing it earlier would let the number be reused under it).
+  void MarkStopping() {
+    const socket_t s = svr_sock_.exchange(INVALID_SOCKET);
+    if (s != INVALID_SOCKET) stopped_sock_ = s;
+  }
+  // Server::stop() closes the socket only after its own accept loop ran, which ours replaces.
+  void CloseListenSocket() {
+    MarkStopping();
+    const socket_t s = stopped_sock_.exchange(INVALID_SOCKET);
+    if (s != INVALID_SOCKET) ::close(s);
+  }
+
+ private:
+  std::atomic<socket_t> stopped_sock_{INVALID_SOCKET};
 };
+
+ModelLimits WithServerLimits(ModelLimits l, const ServerOptions& o) {
+  l.max_prompt_tokens = o.max_prompt_tokens;
+  l.max_output_tokens = o.max_output_tokens;
+  return l;
+}
 
 }  // namespace
 
+bool ConstantTimeEquals(std::string_view got, std::string_view want) {
+  // Every byte of `want` is compared whatever `got` holds; a length difference is folded
+  // into the same accumulator instead of returning early.
+  unsigned diff = got.size() == want.size() ? 0u : 1u;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const unsigned char g = i < got.size() ? static_cast<unsigned char>(got[i]) : 0;
+    diff |= static_cast<unsigned>(g ^ static_cast<unsigned char>(want[i]));
+  }
+  return diff == 0;
+}
+
+Result<std::string> ReadApiKeyFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return Status::Error("--api-key-file: cannot read '" + path + "'");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) return Status::Error("--api-key-file: cannot read '" + path + "'");
+  std::string key = ss.str();
+  while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
+  if (key.empty()) return Status::Error("--api-key-file: '" + path + "' is empty");
+  for (size_t i = 0; i < key.size(); ++i) {
+    const auto c = static_cast<unsigned char>(key[i]);
+    if (c <= ' ' || c == 0x7f)
+      return Status::Error("--api-key-file: '" + path + "' holds a space or control character at byte " +
+                           std::to_string(i) + " (the key must be one line of visible characters)");
+  }
+  return key;
+}
+
 HttpServer::HttpServer(const Tokenizer& tok, EngineLoop& loop, ModelLimits limits, ServerOptions opt)
-    : tok_(tok), loop_(loop), limits_(limits), opt_(std::move(opt)), http_(std::make_unique<BacklogServer>()),
-      seed_rng_(std::random_device{}()) {
+    : tok_(tok), loop_(loop), limits_(WithServerLimits(limits, opt)), opt_(std::move(opt)),
+      http_(std::make_unique<FrontServer>()), seed_rng_(std::random_device{}()) {
   created_ = static_cast<int64_t>(std::time(nullptr));
   Routes();
 }
 
-HttpServer::~HttpServer() { Stop(); }
+HttpServer::~HttpServer() {
+  Stop();
+  static_cast<FrontServer&>(*http_).CloseListenSocket();
+}
+
+ConnectionStats HttpServer::connection_stats() const { return conns_ ? conns_->stats() : ConnectionStats{}; }
 
 uint64_t HttpServer::NextSeed() {
   std::lock_guard<std::mutex> lk(mu_);
@@ -89,13 +176,7 @@ void HttpServer::HandlerDone() {
 
 bool HttpServer::Authorized(const httplib::Request& req) const {
   if (opt_.api_key.empty()) return true;
-  const std::string got = req.get_header_value("Authorization");
-  const std::string want = "Bearer " + opt_.api_key;
-  // Compare every byte so that the time taken does not reveal the matching prefix.
-  if (got.size() != want.size()) return false;
-  unsigned diff = 0;
-  for (size_t i = 0; i < got.size(); ++i) diff |= static_cast<unsigned>(got[i] ^ want[i]);
-  return diff == 0;
+  return ConstantTimeEquals(req.get_header_value("Authorization"), "Bearer " + opt_.api_key);
 }
 
 void HttpServer::SendError(httplib::Response& res, const ApiError& e) {
@@ -105,9 +186,10 @@ void HttpServer::SendError(httplib::Response& res, const ApiError& e) {
 
 void HttpServer::Routes() {
   httplib::Server& s = *http_;
-  const int threads = opt_.threads;
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   s.set_payload_max_length(opt_.max_body_bytes);
+  // Only for the Keep-Alive header it writes: the ConnectionLoop enforces both.
+  s.set_keep_alive_timeout(std::max(1, opt_.idle_timeout_ms / 1000));
+  s.set_keep_alive_max_count(static_cast<size_t>(ConnectionOptions{}.max_requests_per_connection));
 
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (req.path.rfind("/v1/", 0) != 0 || Authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
@@ -189,6 +271,9 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req, 
     if (e.status == 400) ++rejected_invalid_;
     SendError(res, e);
   };
+  // The request timeout counts from here: the request has arrived (reading it has its own
+  // limit, ServerOptions::read_timeout_ms).
+  const Deadline deadline = DeadlineAfter(opt_.request_timeout_ms);
   ApiRequest ar;
   if (auto e = ParseApiRequest(endpoint, req.body, &ar)) return reject(*e);
   if (!ar.model.empty() && ar.model != opt_.model_name) {
@@ -241,6 +326,10 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req, 
     TextGeneration gen(tok_, ar.stop);
     std::vector<TokenEvent> events;
     while (!gen.done()) {
+      if (Expired(deadline)) {
+        loop_.Cancel(sub.stream, /*stop_string=*/false);
+        return SendError(res, TimeoutError(opt_.request_timeout_ms));
+      }
       events.clear();
       if (!sub.stream->Wait(&events, std::chrono::milliseconds(1000))) {
         if (sub.stream->over()) break;
@@ -256,6 +345,7 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req, 
   }
 
   auto job = std::make_shared<StreamJob>(tok_, ar.stop);
+  job->deadline = deadline;
   job->stream = sub.stream;
   job->meta = meta;
   job->endpoint = endpoint;
@@ -275,6 +365,17 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req, 
           // Chat streams open with the assistant's role, as OpenAI's do.
           if (job->endpoint == Endpoint::kChatCompletions)
             out += SseEvent(StreamChunk(job->endpoint, job->meta, "", true, "", job->include_usage));
+        }
+        if (Expired(job->deadline)) {
+          // Cancelled by the request timeout: the status line went out already, so the
+          // stream ends with an error event (as OpenAI's do) and [DONE].
+          loop_.Cancel(job->stream, /*stop_string=*/false);
+          out += SseEvent(ErrorBody(TimeoutError(opt_.request_timeout_ms)));
+          out += kSseDone;
+          job->finished = true;
+          if (!sink.write(out.data(), out.size())) return false;
+          sink.done();
+          return true;
         }
         job->events.clear();
         const bool got = job->stream->Wait(&job->events, std::chrono::milliseconds(opt_.heartbeat_ms));
@@ -314,7 +415,28 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req, 
       });
 }
 
+namespace {
+
+// Each connection is a descriptor: make sure max_connections of them fit under the
+// process's limit (raising the soft limit up to the hard one), or say which flag to lower.
+Status CheckDescriptorLimit(int max_connections) {
+  constexpr rlim_t kSpare = 256;  // the model's files, logs, the engine's own
+  const rlim_t need = static_cast<rlim_t>(max_connections) + kSpare;
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= need) return Status::Ok();
+  if (lim.rlim_max == RLIM_INFINITY || lim.rlim_max >= need) {
+    lim.rlim_cur = need;
+    if (setrlimit(RLIMIT_NOFILE, &lim) == 0) return Status::Ok();
+  }
+  return Status::Error("--max-connections " + std::to_string(max_connections) + " needs " + std::to_string(need) +
+                       " file descriptors but the limit (ulimit -n) is " + std::to_string(lim.rlim_max) +
+                       ": lower --max-connections or raise the limit");
+}
+
+}  // namespace
+
 Status HttpServer::Bind() {
+  FATHOM_RETURN_IF_ERROR(CheckDescriptorLimit(opt_.max_connections));
   if (opt_.port == 0) {
     port_ = http_->bind_to_any_port(opt_.host);
     if (port_ <= 0) return Status::Error("--host: cannot bind to any port on '" + opt_.host + "'");
@@ -324,24 +446,37 @@ Status HttpServer::Bind() {
                            " (in use, or not an address of this machine)");
     port_ = opt_.port;
   }
-  static_cast<BacklogServer&>(*http_).RaiseBacklog(1024);
+  auto& front = static_cast<FrontServer&>(*http_);
+  front.RaiseBacklog(1024);
+  ConnectionOptions copt;
+  copt.max_connections = opt_.max_connections;
+  copt.workers = opt_.threads;
+  copt.idle_timeout_ms = opt_.idle_timeout_ms;
+  copt.read_timeout_ms = opt_.read_timeout_ms;
+  copt.max_body_bytes = opt_.max_body_bytes;
+  conns_ = std::make_unique<ConnectionLoop>(
+      front.listen_socket(), copt,
+      [&front](httplib::Stream& strm, bool close_connection, bool* closed) {
+        return front.RunOne(strm, close_connection, closed);
+      });
+  if (stop_requested_) conns_->Stop();
   return Status::Ok();
 }
 
 Status HttpServer::Listen() {
-  listening_ = true;
-  const bool ok = stop_requested_ || http_->listen_after_bind();
-  listening_ = false;
-  if (!ok) return Status::Error("listening on " + opt_.host + " failed");
+  if (!conns_) return Status::Error("Listen before Bind");
+  Status s = conns_->Run();
+  static_cast<FrontServer&>(*http_).CloseListenSocket();
+  if (!s.ok()) return Status::Error("listening on " + opt_.host + " failed: " + s.message());
   return Status::Ok();
 }
 
 Status HttpServer::Start() {
   FATHOM_RETURN_IF_ERROR(Bind());
   listen_thread_ = std::thread([this] { (void)Listen(); });
-  // stop() is a no-op until the accept loop runs; wait for it (bounded) so that Stop works.
-  for (int i = 0; i < 10000 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (!http_->is_running()) return Status::Error("the HTTP server did not start");
+  for (int i = 0; i < 10000 && !conns_->running() && !stop_requested_; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!conns_->running()) return Status::Error("the HTTP server did not start");
   return Status::Ok();
 }
 
@@ -356,10 +491,8 @@ void HttpServer::Drain() {
 
 void HttpServer::Stop() {
   stop_requested_ = true;
-  // stop() is a no-op until the accept loop runs: if Listen is starting, wait for it.
-  for (int i = 0; i < 10000 && listening_ && !http_->is_running(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (http_->is_running()) http_->stop();
+  static_cast<FrontServer&>(*http_).MarkStopping();
+  if (conns_) conns_->Stop();
   if (listen_thread_.joinable()) listen_thread_.join();
 }
 

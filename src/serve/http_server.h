@@ -19,6 +19,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "core/status.h"
@@ -34,6 +35,9 @@ class Response;
 
 namespace fathom::serve {
 
+class ConnectionLoop;
+struct ConnectionStats;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                  // 0: any free port (see port())
@@ -43,7 +47,29 @@ struct ServerOptions {
   int threads = 64;                 // HTTP worker threads (each open stream holds one)
   int heartbeat_ms = 1000;          // SSE keep-alive comment interval while waiting
   int retry_after_s = 1;            // Retry-After of a 429
+  // Connections (connection_loop.h): open sockets beyond max_connections get a 503; a
+  // keep-alive connection idle for idle_timeout_ms is closed; a request whose headers and
+  // body do not arrive within read_timeout_ms of its first byte gets a 408.
+  int max_connections = 512;
+  int idle_timeout_ms = 5000;
+  int read_timeout_ms = 10000;
+  // A generation still running this long after its request arrived is cancelled and
+  // answered 408 (a stream ends with an error event); 0: no limit.
+  int64_t request_timeout_ms = 600000;
+  // Longest prompt and largest max_tokens accepted (400 naming the field); 0: the model's
+  // context is the only limit.
+  int64_t max_prompt_tokens = 0;
+  int64_t max_output_tokens = 0;
 };
+
+// Whether `got` equals `want`, in a time that depends only on want's length: an API key
+// must not be guessable a byte at a time from response times.
+bool ConstantTimeEquals(std::string_view got, std::string_view want);
+
+// The API key in `path` (`--api-key-file`, which keeps the key out of `ps`): the file's
+// content without its trailing newline. Errors name the path: unreadable, empty, or a key
+// with control characters or spaces (it travels in an HTTP header).
+Result<std::string> ReadApiKeyFile(const std::string& path);
 
 class HttpServer {
  public:
@@ -51,7 +77,8 @@ class HttpServer {
   HttpServer(const Tokenizer& tok, EngineLoop& loop, ModelLimits limits, ServerOptions opt);
   ~HttpServer();  // Stop()
 
-  // Binds the socket (errors name host and port); port() is then known.
+  // Binds the socket (errors name host and port, or the file-descriptor limit that
+  // max_connections needs); port() is then known.
   Status Bind();
   int port() const { return port_; }
   // Serves on the calling thread until Stop() or Drain() (Bind first).
@@ -63,6 +90,8 @@ class HttpServer {
   void Drain();
   // Stops listening now (open streams are cut).
   void Stop();
+  // The connection loop's counters (all zero before Bind).
+  ConnectionStats connection_stats() const;
 
  private:
   void Routes();
@@ -78,10 +107,11 @@ class HttpServer {
   const ModelLimits limits_;
   const ServerOptions opt_;
   std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<ConnectionLoop> conns_;  // created by Bind
   int port_ = 0;
   int64_t created_ = 0;
   std::thread listen_thread_;
-  std::atomic<bool> listening_{false}, stop_requested_{false};
+  std::atomic<bool> stop_requested_{false};
   std::atomic<int64_t> next_id_{1};
   std::atomic<int64_t> rejected_invalid_{0}, rejected_unauthorized_{0};
 

@@ -81,12 +81,22 @@ std::optional<ApiError> GetBool(const json& body, const char* name, bool* out) {
   return std::nullopt;
 }
 
+// A value quoted in an error message, cut short: the body may hold megabytes of it.
+std::string Shown(const json& v) {
+  std::string s = Dump(v);
+  if (s.size() > 64) {
+    s.resize(64);
+    s += "...";
+  }
+  return s;
+}
+
 std::optional<ApiError> TokenIds(const json& arr, const std::string& param, std::vector<int32_t>* out) {
   for (size_t i = 0; i < arr.size(); ++i) {
     const json& e = arr[i];
     if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > INT32_MAX)
       return InvalidRequest(param, "'" + param + "' token " + std::to_string(i) +
-                                       " must be a non-negative integer id, found " + Dump(e));
+                                       " must be a non-negative integer id, found " + Shown(e));
     out->push_back(static_cast<int32_t>(e.get<int64_t>()));
   }
   return std::nullopt;
@@ -229,9 +239,33 @@ json ErrorBody(const ApiError& e) {
             {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
 }
 
+std::optional<std::string> JsonDepthError(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // the escaped byte cannot end the string
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth)
+        return "nests arrays and objects deeper than " + std::to_string(max_depth) +
+               " levels (at byte " + std::to_string(i) + ")";
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseApiRequest(Endpoint endpoint, std::string_view body, ApiRequest* out) {
   *out = ApiRequest();
   out->endpoint = endpoint;
+  if (auto deep = JsonDepthError(body)) return InvalidRequest("", "the request body " + *deep);
   json j;
   try {
     j = json::parse(body);
@@ -322,10 +356,19 @@ std::optional<ApiError> BuildRequestSpec(const ApiRequest& req, std::vector<int3
     return InvalidRequest(prompt_param, "the prompt has " + std::to_string(n_prompt) +
                                             " tokens; this model's context is " +
                                             std::to_string(limits.max_positions) + " tokens");
+  if (limits.max_prompt_tokens > 0 && n_prompt > limits.max_prompt_tokens)
+    return InvalidRequest(prompt_param, "the prompt has " + std::to_string(n_prompt) +
+                                            " tokens; this server accepts at most " +
+                                            std::to_string(limits.max_prompt_tokens) + " (--max-prompt-tokens)");
   const char* max_name = req.endpoint == Endpoint::kChatCompletions ? "max_completion_tokens" : "max_tokens";
   int64_t max_tokens = 0;
   if (req.max_tokens) {
     max_tokens = *req.max_tokens;
+    if (limits.max_output_tokens > 0 && max_tokens > limits.max_output_tokens)
+      return InvalidRequest("max_tokens", "'max_tokens' is " + std::to_string(max_tokens) +
+                                              "; this server generates at most " +
+                                              std::to_string(limits.max_output_tokens) +
+                                              " tokens per request (--max-output-tokens)");
     if (n_prompt + max_tokens > limits.max_positions)
       return InvalidRequest(req.endpoint == Endpoint::kChatCompletions ? "max_tokens" : max_name,
                             "this model's maximum context length is " + std::to_string(limits.max_positions) +
@@ -334,6 +377,7 @@ std::optional<ApiError> BuildRequestSpec(const ApiRequest& req, std::vector<int3
   } else {
     max_tokens = req.endpoint == Endpoint::kCompletions ? std::min<int64_t>(16, limits.max_positions - n_prompt)
                                                         : limits.max_positions - n_prompt;
+    if (limits.max_output_tokens > 0) max_tokens = std::min(max_tokens, limits.max_output_tokens);
   }
   RequestSpec r;
   r.prompt = std::move(prompt);

@@ -62,13 +62,29 @@ struct ApiRequest {
 };
 
 // Parses and validates a request body. On error returns it (400, naming the field).
+// Bodies nested deeper than kMaxJsonDepth are refused before any JSON tree is built.
 std::optional<ApiError> ParseApiRequest(Endpoint endpoint, std::string_view body, ApiRequest* out);
+
+// The deepest nesting of arrays and objects accepted in client JSON. Every request fathom
+// serves nests 4 levels at most ({"messages": [{"content": [{...}]}]}); the limit exists
+// because building, copying, printing and destroying a JSON tree recurse once per level,
+// and a 400 KB body of '[' (200,000 levels) exhausted the handler thread's stack.
+inline constexpr int kMaxJsonDepth = 64;
+// Scans `text` without recursion (brackets inside strings do not count). Returns an error
+// message ("nests arrays and objects deeper than 64 levels (at byte N)") for the caller to
+// prefix with what was read, or nullopt when `text` nests
+// at most `max_depth` levels. Malformed JSON is left to the parser.
+std::optional<std::string> JsonDepthError(std::string_view text, int max_depth = kMaxJsonDepth);
 
 // What the served model allows, for the checks that need the tokenized prompt.
 struct ModelLimits {
   int64_t max_positions = 0;  // prompt + max_tokens must fit (max_position_embeddings)
   bool looped = false;
   int32_t max_loops = 0;      // the engine's KV depth
+  // The server's own limits (--max-prompt-tokens, --max-output-tokens); 0: none beyond
+  // the context. A request beyond one is a 400 naming the field and the flag.
+  int64_t max_prompt_tokens = 0;
+  int64_t max_output_tokens = 0;
 };
 // The limits of `engine` serving `model` (its KV depth, the model's positions).
 ModelLimits LimitsOf(const Model& model, const Engine& engine);

@@ -23,8 +23,12 @@ namespace {
 
 // The flags of `fathom serve`; the engine's own come from EngineFlags.
 struct ServeArgs {
-  std::string model_dir, host = "127.0.0.1", api_key, served_name;
+  std::string model_dir, host = "127.0.0.1", api_key, api_key_file, served_name;
   int64_t port = 8000, max_pending = 256, threads = 0, http_threads = 64, heartbeat_ms = 1000, max_body_mb = 8;
+  // Connection and request limits (defaults from serve::ServerOptions, documented in
+  // docs/RELIABILITY.md).
+  int64_t max_connections = 512, idle_timeout_s = 5, read_timeout_s = 10, request_timeout_s = 600,
+          max_prompt_tokens = 0, max_output_tokens = 0;
   EngineFlags engine{kServeEngineFlags};
 
   void Declare(FlagSet& f) {
@@ -32,6 +36,7 @@ struct ServeArgs {
     f.String("--host", &host, "address to listen on (default 127.0.0.1)");
     f.Int("--port", &port, "port (default 8000; 0: any free port)", 0, 65535);
     f.String("--api-key", &api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+    f.String("--api-key-file", &api_key_file, "read the API key from PATH (one line), keeping it out of `ps`");
     f.String("--served-model-name", &served_name, "the model's name in the API (default: DIR's basename)");
     engine.Declare(f);
     f.Int("--max-pending", &max_pending, "requests queued or running before 429 (default 256)", 1, 1 << 24);
@@ -39,6 +44,16 @@ struct ServeArgs {
     f.Int("--http-threads", &http_threads, "HTTP worker threads; each open stream holds one (default 64)", 1, 4096);
     f.Int("--max-body-mb", &max_body_mb, "largest request body in MiB (default 8; larger: 413)", 1, 1024);
     f.Int("--heartbeat-ms", &heartbeat_ms, "SSE keep-alive comment interval (default 1000)", 1, 600000);
+    f.Int("--max-connections", &max_connections, "open connections; more are answered 503 (default 512)", 1, 1 << 20);
+    f.Int("--idle-timeout-s", &idle_timeout_s, "close keep-alive connections idle this long (default 5)", 1, 3600);
+    f.Int("--read-timeout-s", &read_timeout_s, "a request must arrive within this of its first byte, else 408 (default 10)",
+          1, 3600);
+    f.Int("--request-timeout-s", &request_timeout_s,
+          "cancel a generation running longer, answering 408 (default 600; 0: no limit)", 0, 1 << 24);
+    f.Int("--max-prompt-tokens", &max_prompt_tokens, "longest prompt accepted, else 400 (default 0: the context)", 0,
+          1 << 30);
+    f.Int("--max-output-tokens", &max_output_tokens, "largest max_tokens accepted, else 400 (default 0: the context)",
+          0, 1 << 30);
     f.Require("--model");
   }
 };
@@ -60,6 +75,12 @@ int Serve(const ServeArgs& a, const sigset_t& sigs, const Model& model, const To
   sopt.threads = static_cast<int>(a.http_threads);
   sopt.heartbeat_ms = static_cast<int>(a.heartbeat_ms);
   sopt.max_body_bytes = static_cast<size_t>(a.max_body_mb) << 20;
+  sopt.max_connections = static_cast<int>(a.max_connections);
+  sopt.idle_timeout_ms = static_cast<int>(a.idle_timeout_s * 1000);
+  sopt.read_timeout_ms = static_cast<int>(a.read_timeout_s * 1000);
+  sopt.request_timeout_ms = a.request_timeout_s * 1000;
+  sopt.max_prompt_tokens = a.max_prompt_tokens;
+  sopt.max_output_tokens = a.max_output_tokens;
   serve::HttpServer server(tok, loop, limits, sopt);
   if (Status s = server.Bind(); !s.ok()) return Fail("serve", s.message(), 1);
   std::printf("fathom serve: listening on http://%s:%d (model '%s', scheduler %s)\n", a.host.c_str(), server.port(),
@@ -90,7 +111,8 @@ int RunServe(const std::vector<std::string>& args) {
   ServeArgs a;
   FlagSet flags(
       "fathom serve",
-      "fathom serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--served-model-name NAME]\n"
+      "fathom serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY | --api-key-file PATH]\n"
+      "             [--served-model-name NAME] [--max-connections N] [--request-timeout-s S]\n"
       "             [--scheduler cb|cdb-norefill|cdb-refill] [--width W] [--k K] [--max-pending N]\n"
       "             [--threads N] [--http-threads N] [--kv-mb N] [--lookahead]",
       "Serves the model over an OpenAI-compatible HTTP API: POST /v1/completions and\n"
@@ -106,6 +128,12 @@ int RunServe(const std::vector<std::string>& args) {
   }
   auto opt = a.engine.Options();
   if (!opt.ok()) return Fail("serve", opt.status().message(), 2);
+  if (!a.api_key_file.empty()) {
+    if (!a.api_key.empty()) return Fail("serve", "--api-key and --api-key-file: give one", 2);
+    auto key = serve::ReadApiKeyFile(a.api_key_file);
+    if (!key.ok()) return Fail("serve", key.status().message(), 2);
+    a.api_key = std::move(*key);
+  }
   namespace fs = std::filesystem;
   if (!fs::exists(fs::path(a.model_dir) / "tokenizer.json"))
     return Fail("serve", "--model: no tokenizer.json in '" + a.model_dir +
