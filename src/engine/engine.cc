@@ -49,6 +49,7 @@ Engine::Engine(const Model& model, const EngineOptions& opt, int32_t max_depth,
         c.flush_steps = opt.flush_steps;
         c.lookahead = opt.lookahead;
         c.prefill_budget = opt.prefill_budget;
+        c.aligned_chunks = model.spec().prompt_iteration.active();
         c.kv_blocks = kv_->pool().num_blocks();
         const KvManager* k = kv_.get();
         c.blocks_for = [k](int64_t prompt_len, int64_t len) { return k->BlocksFor(prompt_len, len); };

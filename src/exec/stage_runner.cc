@@ -133,20 +133,26 @@ void StageRunner::Attend(int32_t layer, const std::vector<Row>& rows, const floa
   const int64_t qd = s_.q_dim();
   const bool core = layer >= s_.n_prelude && layer < s_.n_prelude + s_.n_core;
   const bool masked = core && table_.HasHoles();
+  // The layer's own mask (model_spec.h LayerAttention): keys j <= p, or j < p without the
+  // diagonal; j > p - window for sliding-window layers.
+  const LayerAttention& la = s_.layers[static_cast<size_t>(layer)].attn;
+  const int64_t diag = la.no_diag ? 0 : 1;
   segs_.clear();
   att_rows_.clear();
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     kv_segs_.clear();
-    table_.ReadSegments(layer, r.step, r.phase, r.prompt_len, r.pos + 1, &kv_segs_);
+    table_.ReadSegments(layer, r.step, r.phase, r.prompt_len, r.pos + diag, &kv_segs_);
+    const int64_t first_key = la.window > 0 ? std::max<int64_t>(0, r.pos - la.window + 1) : 0;
     PagedAttentionRow a;
     a.q = q + static_cast<int64_t>(i) * qd;
-    a.out = out + static_cast<int64_t>(i) * qd;
+    a.out = out + static_cast<int64_t>(i) * qd;  // zeros if no key is visible
     a.seg_begin = static_cast<int32_t>(segs_.size());
     for (const KvSegment& g : kv_segs_) {
+      if (g.end <= first_key) continue;
       KeySegment k;
       k.block_table = row_tables_[static_cast<size_t>(r.tables + g.physical_layer)];
-      k.begin = g.begin;
+      k.begin = std::max(g.begin, first_key);
       k.end = g.end;
       if (masked) {
         k.key_steps = r.key_steps;
@@ -169,7 +175,10 @@ void StageRunner::Block(int32_t layer, const std::vector<Row>& rows, float* x) {
   const LayerWeights& w = m_.weights().layers[static_cast<size_t>(layer)];
   const auto n = static_cast<int64_t>(rows.size());
   const int64_t E = s_.hidden, I = s_.intermediate, H = s_.n_heads, KVH = s_.n_kv_heads;
-  const int64_t D = s_.head_dim, qd = s_.q_dim(), kvd = s_.kv_dim(), qkv_w = qd + 2 * kvd;
+  // A layer whose KV nobody reads (LCKV) projects q only: qkv is [n, q_dim].
+  const bool has_kv = s_.layers[static_cast<size_t>(layer)].attn.produces_kv;
+  const int64_t D = s_.head_dim, qd = s_.q_dim(), kvd = s_.kv_dim();
+  const int64_t qkv_w = qd + (has_kv ? 2 * kvd : 0);
   const float eps = s_.norm_eps;
   float* h = Grow(h_, n * E);
   float* qkv = Grow(qkv_, n * qkv_w);
@@ -180,26 +189,25 @@ void StageRunner::Block(int32_t layer, const std::vector<Row>& rows, float* x) {
   int32_t* pos = Grow(pos_, n);
 
   RmsNorm(x, w.attn_in_norm.data(), eps, n, E, h);
-  w.qkv.Forward(h, n, qkv);  // [n, q | k | v]
+  w.qkv.Forward(h, n, qkv);  // [n, q | k | v], or [n, q]
   for (int64_t i = 0; i < n; ++i) {
     std::copy_n(qkv + i * qkv_w, qd, q + i * qd);
-    std::copy_n(qkv + i * qkv_w + qd, kvd, k + i * kvd);
+    if (has_kv) std::copy_n(qkv + i * qkv_w + qd, kvd, k + i * kvd);
     pos[i] = static_cast<int32_t>(rows[static_cast<size_t>(i)].pos);
   }
+  const int64_t nk = has_kv ? n : 0;  // rows of k to transform
   if (!w.q_norm.empty()) {  // Qwen3: RMSNorm over each head's D values
     RmsNorm(q, w.q_norm.data(), eps, n * H, D, q);
-    RmsNorm(k, w.k_norm.data(), eps, n * KVH, D, k);
+    if (nk) RmsNorm(k, w.k_norm.data(), eps, nk * KVH, D, k);
   }
   if (!w.q_bias.empty()) {  // Huginn: qk_bias before RoPE
-    for (int64_t i = 0; i < n; ++i) {
-      AddInPlace(q + i * qd, w.q_bias.data(), qd);
-      AddInPlace(k + i * kvd, w.k_bias.data(), kvd);
-    }
+    for (int64_t i = 0; i < n; ++i) AddInPlace(q + i * qd, w.q_bias.data(), qd);
+    for (int64_t i = 0; i < nk; ++i) AddInPlace(k + i * kvd, w.k_bias.data(), kvd);
   }
   ApplyRope(m_.rope(), s_.rope_style, pos, n, H, q);
-  ApplyRope(m_.rope(), s_.rope_style, pos, n, KVH, k);
+  if (nk) ApplyRope(m_.rope(), s_.rope_style, pos, nk, KVH, k);
   // Every row's K/V is stored before any row attends (rows of one prefill chunk see each other).
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < nk; ++i) {
     const Row& r = rows[static_cast<size_t>(i)];
     const int32_t wl = table_.WriteLayer(layer, r.step, r.phase);
     if (wl < 0) continue;  // a layer whose KV no one reads
@@ -288,30 +296,136 @@ void StageRunner::LoopStep(const std::vector<Row>& rows, float* x, const float* 
   if (signals) Signals(x, prev, n, signals);
 }
 
-Status StageRunner::Prefill(const std::vector<PrefillChunk>& chunks, bool record_signals,
-                            PrefillResult* out) {
-  *out = PrefillResult{};
-  const int64_t E = s_.hidden, V = s_.vocab;
-  rows_.clear();
-  ids_.clear();
-  int32_t max_loops = 0;
+Status StageRunner::CheckChunks(const std::vector<PrefillChunk>& chunks) const {
+  const int64_t V = s_.vocab;
   for (size_t c = 0; c < chunks.size(); ++c) {
     const PrefillChunk& ch = chunks[c];
-    if (!seqs_.count(ch.seq)) return Status::Error("prefill chunk " + std::to_string(c) + ": unknown sequence");
+    if (!seqs_.count(ch.seq) || !kv_.contains(ch.seq))
+      return Status::Error("prefill chunk " + std::to_string(c) + ": unknown sequence");
     for (int64_t i = 0; i < ch.n; ++i) {
       const int32_t id = ch.ids[i];
       if (id < 0 || id >= V)
         return Status::Error("prefill chunk " + std::to_string(c) + ": token " + std::to_string(i) +
                              " has id " + std::to_string(id) + ", outside the vocabulary [0, " +
                              std::to_string(V) + ")");
-      if (ch.pos0 + i >= kv_.prompt_len(ch.seq))
-        return Status::Error("prefill chunk " + std::to_string(c) + " runs past the prompt");
-      rows_.push_back({ch.seq, ch.pos0 + i, 0, TokenPhase::kPrompt});
-      ids_.push_back(id);
     }
+    if (ch.pos0 < 0 || ch.pos0 + ch.n > kv_.prompt_len(ch.seq))
+      return Status::Error("prefill chunk " + std::to_string(c) + " runs past the prompt");
     if (s_.loop.looped && (ch.loops < 1 || ch.loops > table_.shape().max_depth))
       return Status::Error("prefill chunk " + std::to_string(c) + ": loops " + std::to_string(ch.loops) +
                            " outside [1, " + std::to_string(table_.shape().max_depth) + "]");
+  }
+  return Status::Ok();
+}
+
+Status StageRunner::Prefill(const std::vector<PrefillChunk>& chunks, bool record_signals,
+                            PrefillResult* out) {
+  FATHOM_RETURN_IF_ERROR(CheckChunks(chunks));
+  const PromptIteration& iter = s_.prompt_iteration;
+  if (!iter.active()) return PrefillRows(chunks, record_signals, false, out);
+  // LCKV: chunks longer than sequential_max run in parallel, their cyclic groups iterated;
+  // the others token by token (one call per token index, batched over those chunks), which
+  // is what decode does and is exact. The logits are put back in chunk order.
+  FATHOM_CHECK_MSG(!s_.loop.looped, "prompt iteration in a looped model");
+  *out = PrefillResult{};
+  const int64_t V = s_.vocab;
+  std::vector<size_t> logits_at(chunks.size() + 1, 0);  // first logits row of each chunk
+  std::vector<PrefillChunk> parallel, one_token;
+  int64_t longest_sequential = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const PrefillChunk& ch = chunks[c];
+    const int64_t rows = ch.logits == PrefillChunk::Logits::kAll    ? ch.n
+                         : ch.logits == PrefillChunk::Logits::kLast ? std::min<int64_t>(ch.n, 1)
+                                                                    : 0;
+    logits_at[c + 1] = logits_at[c] + static_cast<size_t>(rows);
+    if (ch.n > iter.sequential_max) parallel.push_back(ch);
+    else longest_sequential = std::max(longest_sequential, ch.n);
+  }
+  out->logits.resize(logits_at.back() * static_cast<size_t>(V));
+  PrefillResult part;
+  if (!parallel.empty()) {
+    FATHOM_RETURN_IF_ERROR(PrefillRows(parallel, false, true, &part));
+    size_t from = 0;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      if (chunks[c].n <= iter.sequential_max) continue;
+      const size_t n = (logits_at[c + 1] - logits_at[c]) * static_cast<size_t>(V);
+      std::copy_n(part.logits.data() + from, n, out->logits.data() + logits_at[c] * static_cast<size_t>(V));
+      from += n;
+    }
+  }
+  for (int64_t t = 0; t < longest_sequential; ++t) {
+    one_token.clear();
+    std::vector<size_t> dest;  // logits row of each one-token chunk that asks for one
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const PrefillChunk& ch = chunks[c];
+      if (ch.n > iter.sequential_max || t >= ch.n) continue;
+      PrefillChunk one = ch;
+      one.ids = ch.ids + t;
+      one.pos0 = ch.pos0 + t;
+      one.n = 1;
+      const bool wants = ch.logits == PrefillChunk::Logits::kAll ||
+                         (ch.logits == PrefillChunk::Logits::kLast && t == ch.n - 1);
+      one.logits = wants ? PrefillChunk::Logits::kLast : PrefillChunk::Logits::kNone;
+      if (wants)
+        dest.push_back(logits_at[c] + (ch.logits == PrefillChunk::Logits::kAll ? static_cast<size_t>(t) : 0));
+      one_token.push_back(one);
+    }
+    FATHOM_RETURN_IF_ERROR(PrefillRows(one_token, false, false, &part));
+    for (size_t i = 0; i < dest.size(); ++i)
+      std::copy_n(part.logits.data() + i * static_cast<size_t>(V), V,
+                  out->logits.data() + dest[i] * static_cast<size_t>(V));
+  }
+  return Status::Ok();
+}
+
+// Layers [begin, end) of a cyclic group (model_spec.h PromptIteration) over prompt rows:
+// the group's later sources start at zero KV for these positions, then `passes` runs of the
+// group from the same input x, each rewriting the KV it produces; the last run's output
+// and KV are kept. After k passes the first k positions of the chunk are exact.
+void StageRunner::IterateGroup(const IteratedGroup& g, const std::vector<Row>& rows, float* x) {
+  const int64_t E = s_.hidden, kvd = s_.kv_dim();
+  const auto n = static_cast<int64_t>(rows.size());
+  for (int32_t src : g.zero_kv)
+    for (const Row& r : rows) {
+      const int32_t wl = table_.WriteLayer(src, r.step, r.phase);
+      std::fill_n(KvRow(r, wl, false), kvd, 0.f);
+      std::fill_n(KvRow(r, wl, true), kvd, 0.f);
+    }
+  float* in = Grow(group_in_, n * E);
+  std::copy_n(x, n * E, in);
+  for (int32_t pass = 0; pass < s_.prompt_iteration.passes; ++pass) {
+    if (pass > 0) std::copy_n(in, n * E, x);
+    for (int32_t l = g.begin; l < g.end; ++l) Block(l, rows, x);
+  }
+}
+
+// The prelude layers over x [n, E] (every layer of a dense or LCKV model); with `iterate`,
+// cyclic groups run as IterateGroup, else every layer once (token-by-token rows).
+void StageRunner::PreludeLayers(const std::vector<Row>& rows, float* x, bool iterate) {
+  const std::vector<IteratedGroup>& groups = s_.prompt_iteration.groups;
+  size_t g = 0;
+  for (int32_t l = 0; l < s_.n_prelude;) {
+    if (iterate && g < groups.size() && groups[g].begin == l) {
+      IterateGroup(groups[g], rows, x);
+      l = groups[g++].end;
+    } else {
+      Block(l++, rows, x);
+    }
+  }
+}
+
+Status StageRunner::PrefillRows(const std::vector<PrefillChunk>& chunks, bool record_signals,
+                                bool iterate, PrefillResult* out) {
+  *out = PrefillResult{};
+  const int64_t E = s_.hidden, V = s_.vocab;
+  rows_.clear();
+  ids_.clear();
+  int32_t max_loops = 0;
+  for (const PrefillChunk& ch : chunks) {
+    for (int64_t i = 0; i < ch.n; ++i) {
+      rows_.push_back({ch.seq, ch.pos0 + i, 0, TokenPhase::kPrompt});
+      ids_.push_back(ch.ids[i]);
+    }
     max_loops = std::max(max_loops, ch.loops);
   }
   FATHOM_RETURN_IF_ERROR(CheckRows(rows_));
@@ -328,7 +442,7 @@ Status StageRunner::Prefill(const std::vector<PrefillChunk>& chunks, bool record
 
   float* x = Grow(x_, n * E);
   Embed(ids_.data(), n, x);
-  for (int32_t l = 0; l < s_.n_prelude; ++l) Block(l, rows_, x);
+  PreludeLayers(rows_, x, iterate);
   if (s_.loop.looped) {
     float* e = Grow(e_, n * E);
     std::copy_n(x, n * E, e);

@@ -63,6 +63,12 @@ class StageRunner final : public Backend {
 
   // One transformer block over x [n, E] in place; row i writes its K/V where the table says.
   void Block(int32_t layer, const std::vector<Row>& rows, float* x);
+  void PreludeLayers(const std::vector<Row>& rows, float* x, bool iterate);
+  void IterateGroup(const IteratedGroup& g, const std::vector<Row>& rows, float* x);
+  Status CheckChunks(const std::vector<PrefillChunk>& chunks) const;
+  // Prefill of already checked chunks as one batch; `iterate`: cyclic groups iterated.
+  Status PrefillRows(const std::vector<PrefillChunk>& chunks, bool record_signals, bool iterate,
+                     PrefillResult* out);
   void Attend(int32_t layer, const std::vector<Row>& rows, const float* q, float* out);
   // One loop step (adapter, core layers, step norm) over rows at their own steps:
   // x [n, E] the state, in and out; e [n, E] the injected embeddings (adapter models) or
@@ -106,6 +112,7 @@ class StageRunner final : public Backend {
   std::vector<float> o_;              // [n, E] sub-layer output
   std::vector<float> gate_up_, act_;  // [n, 2 I], [n, I]
   std::vector<float> cat_;            // [m, 2 E] adapter input cat[x, e]
+  std::vector<float> group_in_;       // [n, E] a cyclic group's input (IterateGroup)
   std::vector<float> logits_;         // [kl rows, V]
   std::vector<float> logp_;           // [V]
   std::vector<int32_t> pos_;          // [n] positions (RoPE)

@@ -5,10 +5,8 @@
 #include "model/family.h"
 
 namespace fathom {
-namespace {
 
-enum class DenseKind { kLlama, kQwen2, kQwen3 };
-
+// Llama's tensor names of block i (also LCKV's, lckv.cc).
 LayerNames DenseLayerNames(int32_t i, bool qkv_bias, bool qk_norm) {
   const std::string p = "model.layers." + std::to_string(i) + ".";
   LayerNames n;
@@ -28,6 +26,10 @@ LayerNames DenseLayerNames(int32_t i, bool qkv_bias, bool qk_norm) {
   n.down = p + "mlp.down_proj.weight";
   return n;
 }
+
+namespace {
+
+enum class DenseKind { kLlama, kQwen2, kQwen3 };
 
 }  // namespace
 
@@ -76,6 +78,9 @@ Result<ModelSpec> DenseSpec(const JsonFields& c, DenseKind kind) {
   return s;
 }
 
+}  // namespace
+
+// A Llama-style config.json (also the base of LCKV's presets, lckv.cc).
 nlohmann::json DenseConfig(const std::string& model_type, const std::string& arch, int64_t hidden,
                            int64_t inter, int64_t layers, int64_t heads, int64_t kv_heads,
                            int64_t head_dim, int64_t vocab, double theta, double eps, bool tie,
@@ -98,6 +103,8 @@ nlohmann::json DenseConfig(const std::string& model_type, const std::string& arc
           {"eos_token_id", 2},
           {"torch_dtype", "bfloat16"}};
 }
+
+namespace {
 
 Status UnknownPreset(std::string_view family, std::string_view preset, const char* known) {
   return Status::Error("unknown preset '" + std::string(preset) + "' for family " +

@@ -8,10 +8,12 @@ Family DenseQwen2Family();
 Family DenseQwen3Family();
 Family OuroFamily();
 Family HuginnFamily();
+Family LckvFamily();
 
 const std::vector<Family>& AllFamilies() {
   static const std::vector<Family> kFamilies = {DenseLlamaFamily(), DenseQwen2Family(),
-                                                DenseQwen3Family(), OuroFamily(), HuginnFamily()};
+                                                DenseQwen3Family(), LckvFamily(), OuroFamily(),
+                                                HuginnFamily()};
   return kFamilies;
 }
 
@@ -56,9 +58,11 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelSpec& s) {
     for (const std::string* norm : {&n.attn_in_norm, &n.attn_out_norm, &n.attn_post_norm,
                                     &n.mlp_in_norm, &n.mlp_out_norm, &n.mlp_post_norm})
       add(*norm, {E});
+    // {q, k, v}, one fused {Wqkv}, or {q} alone for a layer that produces no KV (LCKV).
     const std::vector<int64_t> qkv_rows =
-        n.qkv.size() == 1 ? std::vector<int64_t>{s.q_dim() + 2 * s.kv_dim()}
-                          : std::vector<int64_t>{s.q_dim(), s.kv_dim(), s.kv_dim()};
+        !l.attn.produces_kv ? std::vector<int64_t>{s.q_dim()}
+        : n.qkv.size() == 1 ? std::vector<int64_t>{s.q_dim() + 2 * s.kv_dim()}
+                            : std::vector<int64_t>{s.q_dim(), s.kv_dim(), s.kv_dim()};
     for (size_t i = 0; i < n.qkv.size(); ++i) add(n.qkv[i], {qkv_rows[i], E});
     for (size_t i = 0; i < n.qkv_bias.size(); ++i) add(n.qkv_bias[i], {qkv_rows[i]});
     add(n.q_norm, {D});
@@ -123,6 +127,17 @@ Status ValidateSpec(const ModelSpec& s, const std::string& source) {
     FATHOM_RETURN_IF_ERROR(positive(s.loop.default_loops, "default loop count"));
   }
   if (!(s.norm_eps > 0.f)) return Status::Error(source + ": norm epsilon must be positive");
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    const LayerAttention& a = s.layers[i].attn;
+    if (a.kv_source >= static_cast<int32_t>(s.layers.size()) ||
+        (a.kv_source >= 0 && !s.layers[static_cast<size_t>(a.kv_source)].attn.produces_kv))
+      return Status::Error(source + ": layer " + std::to_string(i) + " reads the KV of layer " +
+                           std::to_string(a.kv_source) + ", which produces none");
+    if (s.loop.looped && a.kv_source >= 0 && a.kv_source != static_cast<int32_t>(i))
+      return Status::Error(source + ": cross-layer KV (layer " + std::to_string(i) +
+                           " reads layer " + std::to_string(a.kv_source) +
+                           ") is not supported in looped models");
+  }
   for (auto [id, field] : {std::pair{s.bos_id, "bos_token_id"}, std::pair{s.eos_id, "eos_token_id"},
                            std::pair{s.pad_id, "pad_token_id"}})
     if (id >= s.vocab)

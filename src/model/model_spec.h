@@ -1,6 +1,6 @@
 // ModelSpec: everything fathom knows about a model's structure, as data.
 //
-// Every family (dense, Ouro, Huginn) is described by the same stage structure:
+// Every family (dense, LCKV, Ouro, Huginn) is described by the same stage structure:
 //
 //   h = embed(ids) * embed_scale                      [n, E]
 //   h = prelude layers(h)                              (a dense model is all prelude)
@@ -46,10 +46,39 @@ struct LayerNames {
 
 enum class StageKind { kPrelude, kCore, kCoda };
 
+// What one layer's attention reads and writes, as data (identity for every family but
+// LCKV / CLA-style cross-layer KV). Query at position p, key positions j:
+//   keys of layer kv_source, j <= p (j < p with no_diag), and j > p - window if window > 0.
+// A row with no visible key has a zero attention output.
+struct LayerAttention {
+  int32_t kv_source = -1;   // the layer whose KV this layer attends to; -1: its own
+  bool produces_kv = true;  // some layer reads its KV: it has k_proj / v_proj and KV storage
+  bool no_diag = false;     // masks its own position (LCKV: force_nodiag, or a later source)
+  int64_t window = 0;       // > 0: sliding-window attention over this many positions
+};
+
 struct LayerSpec {
   StageKind stage = StageKind::kPrelude;
   int32_t index_in_stage = 0;
   LayerNames names;
+  LayerAttention attn;
+};
+
+// LCKV's prompt-parallel processing. A layer group [begin, end) whose layers read the KV
+// of a later layer of the group is cyclic: a prompt chunk of more than sequential_max
+// tokens runs the group `passes` (m + b) times from the same input, the KV of zero_kv's
+// layers (the later sources) for the chunk's positions zeroed first and rewritten by each
+// pass; only the last pass's output and KV are kept. Other layers run once. Chunks of at
+// most sequential_max tokens, and decode tokens, run token by token, which is exact.
+struct IteratedGroup {
+  int32_t begin = 0, end = 0;    // layers [begin, end)
+  std::vector<int32_t> zero_kv;  // layers whose KV the group reads before writing it
+};
+struct PromptIteration {
+  std::vector<IteratedGroup> groups;  // in layer order; empty: no cyclic group
+  int32_t passes = 1;                 // m + b
+  int64_t sequential_max = 0;         // chunks of at most this many tokens go token by token
+  bool active() const { return !groups.empty(); }
 };
 
 enum class CoreInput {
@@ -99,6 +128,7 @@ struct ModelSpec {
   std::vector<LayerSpec> layers;  // prelude, then core, then coda, in execution order
   int32_t n_prelude = 0, n_core = 0, n_coda = 0;
   LoopSpec loop;
+  PromptIteration prompt_iteration;  // LCKV; inactive for every other family
   bool before_head_norm = true;  // false for Ouro: its state is normed at the end of each step
 
   std::string embed_name, final_norm_name, lm_head_name;

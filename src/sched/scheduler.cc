@@ -109,7 +109,13 @@ bool Scheduler::PlanPrefill(Plan* plan) const {
   for (RequestId id : waiting_) {
     if (budget == 0) break;
     const Req& r = request(id);
-    const int64_t n = std::min(r.spec.prompt_len - r.prefilled, budget);
+    int64_t n = std::min(r.spec.prompt_len - r.prefilled, budget);
+    if (cfg_.aligned_chunks) {
+      const int64_t piece = std::min(r.spec.prompt_len - r.prefilled,
+                                     cfg_.prefill_budget - r.prefilled % cfg_.prefill_budget);
+      if (piece > budget) break;  // whole pieces only; FIFO: no overtaking
+      n = piece;
+    }
     const int64_t cost = GrowCost(r, r.prefilled + n);
     if (cost + (r.kv_len > 0 ? 0 : reserve) > free) break;  // FIFO: no overtaking
     free -= cost;

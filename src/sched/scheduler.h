@@ -64,6 +64,12 @@ struct SchedConfig {
   int32_t flush_steps = 4;      // refill: run the coda once its oldest token waited this long
   bool lookahead = false;       // exit decided after step r takes effect at r+2 (EngineOptions)
   int64_t prefill_budget = 256; // prompt tokens per prefill step
+  // Chunk boundaries that do not depend on other requests: a prompt is cut at multiples of
+  // prefill_budget from its start, and a chunk is never split to fit a step's remaining
+  // budget (it waits for the next step). For models whose prompt processing depends on
+  // where the prompt is cut (LCKV's iterated groups), so that batched equals solo and a
+  // recompute after preemption cuts the prompt as the first prefill did.
+  bool aligned_chunks = false;
   int64_t reserve_tokens = 16;  // admission headroom per running request
   int64_t kv_blocks = 0;        // the KV pool
   // Blocks a sequence with this prompt length holds at length len (KvManager::BlocksFor).

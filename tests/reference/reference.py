@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 r"""PyTorch float32 reference forward passes for fathom's tests.
 
-Families (config.json "model_type"): llama, qwen2, qwen3 (dense), ouro (looped,
+Families (config.json "model_type"): llama, qwen2, qwen3 (dense), lckv-llama (LCKV), ouro (looped,
 learned exit gate), huginn_raven (prelude / recurrent core / coda).  Everything is
 computed in float32 on the CPU; checkpoint weights (F32 / BF16 / F16) are upcast.
 
@@ -635,7 +635,133 @@ def run_layout(W, cfg, prompt_ids, decode_ids, exit_depths=None, loops=None, lay
 # Driver.
 # ----------------------------------------------------------------------------------------
 
-FAMILIES = {"llama": "dense", "qwen2": "dense", "qwen3": "dense", "ouro": "ouro", "huginn_raven": "huginn"}
+FAMILIES = {"llama": "dense", "qwen2": "dense", "qwen3": "dense", "lckv-llama": "lckv", "ouro": "ouro",
+            "huginn_raven": "huginn"}
+
+
+# ----------------------------------------------------------------------------------------
+# LCKV (Layer-Condensed KV; whyNLP/LCKV models/modeling_lckv.py, models/utils.py).
+# Llama blocks; layer i attends to the KV of layer layer_types[i] (possibly a later one).
+# A query at p sees keys j <= p of that layer (j < p with force_nodiag, or when the source
+# is a later layer), and j > p - sliding_window for `s` layers; a query with no visible key
+# gets a zero attention output (upstream's flash path). Written from upstream's code:
+#   - prompts of more than m + b tokens run upstream's iteration plan: each cyclic group
+#     m + b times from the same input, the sources read from above starting at zero KV for
+#     the chunk and replaced by every pass, the last pass kept (LayerTypeParser.iteration_plan,
+#     LayerCache.initialize, IndexedCache._update);
+#   - shorter prompts (and use_sequential) go token by token. The paper's meaning is used
+#     for a token whose layer reads a later layer: it sees that layer's KV of the earlier
+#     positions (upstream's decode path prepends a zero key and masks the last real one,
+#     which reads as off by one against its own parallel path; see docs/ARCHITECTURE.md).
+# ----------------------------------------------------------------------------------------
+
+
+def lckv_layer_types(cfg):
+    """[(source layer, sliding)] per layer, from layer_types ("0_1_16s_...")."""
+    L = cfg["num_hidden_layers"]
+    text = cfg.get("layer_types") or "_".join(str(i) for i in range(L))
+    out = []
+    for tok in text.split("_"):
+        sliding = tok.endswith("s")
+        out.append((int(tok[:-1] if sliding else tok), sliding))
+    if len(out) != L or any(not 0 <= src < L for src, _ in out):
+        raise ValueError(f"bad layer_types {text!r} for {L} layers")
+    return out
+
+
+def lckv_plan(types, m, b):
+    """Upstream's iteration plan as [(first, end, passes)]: cyclic groups get m + b passes
+    (m without gradient, b - 1 with, one kept), other runs of layers one."""
+    L = len(types)
+    if not any(src > i for i, (src, _) in enumerate(types)):
+        return [(0, L, 1)]
+    plan, i = [], 0
+    while i < L:
+        if types[i][0] > i:
+            top = types[i][0]
+            while top < max(t[0] for t in types[i : top + 1]):
+                top = max(t[0] for t in types[i : top + 1])
+            plan.append((i, top + 1, m + max(b - 1, 0) + 1))
+            i = top + 1
+        else:
+            top = i + 1
+            while top < L and not types[top][0] > top:
+                top += 1
+            plan.append((i, top, 1))
+            i = top
+    return plan
+
+
+def lckv_attention(W, cfg, i, x, positions, start, cache, chunk, types):
+    """x [S, E] normed input -> [S, E].  cache: {layer: (K, V)} of positions [0, start);
+    chunk: {layer: (k, v)} of this call's positions, replaced when layer i produces KV."""
+    E, H, Hkv, D = dense_dims(cfg)
+    p, theta = f"model.layers.{i}.", rope_theta_of(cfg)
+    q = rope_neox(linear(x, W[p + "self_attn.q_proj.weight"]).view(-1, H, D), positions, theta)
+    if p + "self_attn.k_proj.weight" in W:  # this layer's KV is read by some layer
+        k = rope_neox(linear(x, W[p + "self_attn.k_proj.weight"]).view(-1, Hkv, D), positions, theta)
+        v = linear(x, W[p + "self_attn.v_proj.weight"]).view(-1, Hkv, D)
+        chunk[i] = (k, v)
+    src, sliding = types[i]
+    k_now, v_now = chunk[src]
+    if src in cache:
+        K, V = torch.cat([cache[src][0], k_now]), torch.cat([cache[src][1], v_now])
+    else:
+        K, V = k_now, v_now
+    no_diag = bool(cfg.get("force_nodiag", False)) or src > i
+    S, T = q.shape[0], K.shape[0]
+    K = K.repeat_interleave(H // Hkv, dim=1)
+    V = V.repeat_interleave(H // Hkv, dim=1)
+    scores = torch.einsum("shd,thd->hst", q, K) / math.sqrt(D)  # [H, S, T]
+    qpos = (torch.arange(S) + start)[:, None]
+    kpos = torch.arange(T)[None, :]
+    visible = kpos < qpos if no_diag else kpos <= qpos
+    if sliding:
+        visible = visible & (kpos > qpos - int(cfg.get("sliding_window", 4096)))
+    scores = scores.masked_fill(~visible, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    probs = torch.where(visible.any(-1)[None, :, None], probs, torch.zeros_like(probs))  # no key: zero
+    y = torch.einsum("hst,thd->shd", probs, V).reshape(S, H * D)
+    return linear(y, W[p + "self_attn.o_proj.weight"])
+
+
+def lckv_forward(W, cfg, ids, start, cache):
+    """One call of S tokens at positions [start, start + S), cache {layer: (K, V)} of the
+    earlier positions (committed at the end).  Returns {"logits": [S, V]}."""
+    check_plain_rope(cfg)
+    types = lckv_layer_types(cfg)
+    m, b = int(cfg.get("forward_passes", 7)), int(cfg.get("backward_passes", 2))
+    cyclic = any(src > i for i, (src, _) in enumerate(types))
+    S = ids.shape[0]
+    if S > 1 and cyclic and (cfg.get("use_sequential", False) or S <= m + b):
+        parts = [lckv_forward(W, cfg, ids[t : t + 1], start + t, cache)["logits"] for t in range(S)]
+        return {"logits": torch.cat(parts)}
+    E, H, Hkv, D = dense_dims(cfg)
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    positions = torch.arange(start, start + S)
+    # Sources read from below start at zero for this call's positions (LayerCache.initialize).
+    chunk = {src: (torch.zeros(S, Hkv, D), torch.zeros(S, Hkv, D)) for i, (src, _) in enumerate(types) if src > i}
+    h = W["model.embed_tokens.weight"][ids]
+    for first, end, passes in (lckv_plan(types, m, b) if S > 1 else [(0, len(types), 1)]):
+        for _ in range(passes):
+            x = h
+            for i in range(first, end):
+                p = f"model.layers.{i}."
+                a = lckv_attention(W, cfg, i, rms_norm(x, W[p + "input_layernorm.weight"], eps),
+                                   positions, start, cache, chunk, types)
+                x = x + a
+                x = x + dense_mlp(W, p, rms_norm(x, W[p + "post_attention_layernorm.weight"], eps))
+        h = x
+    for layer, (k, v) in chunk.items():
+        if layer in cache:
+            cache[layer] = (torch.cat([cache[layer][0], k]), torch.cat([cache[layer][1], v]))
+        else:
+            cache[layer] = (k, v)
+    h = rms_norm(h, W["model.norm.weight"], eps)
+    return {"logits": linear(h, lm_head_weight(W, "lm_head.weight", "model.embed_tokens.weight"))}
+
+
+LOOPED = ("ouro", "huginn")
 
 
 def family_of(cfg):
@@ -654,9 +780,10 @@ def default_loops(cfg):
     return 1
 
 
-def run(W, cfg, ids, loops=None, init_state=None, incremental=False):
+def run(W, cfg, ids, loops=None, init_state=None, incremental=False, chunk=0):
     """Forward of the whole prompt `ids` ([S] long).  Returns a dict of float32 tensors.
-    incremental=True feeds one token per call through a shared KV cache."""
+    incremental=True feeds one token per call through a shared KV cache; chunk > 0 feeds
+    chunks of that many tokens (the last one shorter)."""
     fam = family_of(cfg)
     loops = default_loops(cfg) if loops is None else loops
     if fam == "huginn" and init_state is None:
@@ -666,15 +793,18 @@ def run(W, cfg, ids, loops=None, init_state=None, incremental=False):
     def call(chunk, start, cache):
         if fam == "dense":
             return dense_forward(W, cfg, chunk, start, cache)
+        if fam == "lckv":
+            return lckv_forward(W, cfg, chunk, start, cache)
         if fam == "ouro":
             return ouro_forward(W, cfg, chunk, start, cache, loops)
         return huginn_forward(W, cfg, chunk, start, cache, loops, init_state[start : start + chunk.shape[0]])
 
-    if not incremental:
+    step = 1 if incremental else chunk
+    if step <= 0:
         return call(ids, 0, {})
     cache, parts = {}, []
-    for s in range(ids.shape[0]):
-        parts.append(call(ids[s : s + 1], s, cache))
+    for s in range(0, ids.shape[0], step):
+        parts.append(call(ids[s : s + step], s, cache))
     # concatenate along the token axis (last-but-one for [R, S, V], last for [R, S], first for [S, V])
     out = {}
     for name in parts[0]:
@@ -701,6 +831,8 @@ def main(argv=None):
     ap.add_argument("--init-state-file", default=None, help="Huginn: f32 [n_tokens, n_embd] initial state")
     ap.add_argument("--incremental", action="store_true",
                     help="token-by-token forward through the KV cache instead of one full-prompt forward")
+    ap.add_argument("--chunk", type=int, default=0,
+                    help="feed the prompt in chunks of this many tokens through the KV cache")
     ap.add_argument("--decode-ids", default=None,
                     help="comma-separated ids fed one at a time after a one-chunk prefill of --ids "
                          "(teacher forcing); writes prefill_logits.f32, decode_logits.f32, decode_signals.f32")
@@ -724,7 +856,7 @@ def main(argv=None):
     if ids.numel() == 0:
         raise SystemExit("--ids is empty")
     loops = default_loops(cfg) if args.loops is None else args.loops
-    if fam != "dense" and loops < 1:
+    if fam in LOOPED and loops < 1:
         raise SystemExit("--loops must be >= 1")
 
     init_state = None
@@ -736,6 +868,8 @@ def main(argv=None):
         init_state = raw.view(ids.numel(), E)
 
     decode = None
+    if args.decode_ids is not None and fam == "lckv":
+        raise SystemExit("--decode-ids: not for lckv-llama (use --incremental or --chunk)")
     if args.decode_ids is not None:
         dec_ids = torch.tensor([int(t) for t in args.decode_ids.split(",") if t.strip() != ""], dtype=torch.long)
         if dec_ids.numel() == 0:
@@ -747,22 +881,22 @@ def main(argv=None):
             depths = [int(t) for t in args.exit_depths.split(",") if t.strip() != ""]
             if len(depths) != dec_ids.numel():
                 raise SystemExit(f"--exit-depths has {len(depths)} values for {dec_ids.numel()} decode ids")
-            if fam != "dense" and any(not 1 <= e <= loops for e in depths):
+            if fam in LOOPED and any(not 1 <= e <= loops for e in depths):
                 raise SystemExit(f"--exit-depths values must be in [1, {loops}]")
         layout = args.layout or "depth-indexed"
         shared_after = 1 if args.shared_after is None else args.shared_after
-        if fam != "dense" and layout == "first-then-shared" and not 1 <= shared_after <= loops:
+        if fam in LOOPED and layout == "first-then-shared" and not 1 <= shared_after <= loops:
             raise SystemExit(f"--shared-after must be in [1, {loops}]")
-        decode = run_layout(W, cfg, ids, dec_ids, exit_depths=depths if fam != "dense" else None,
-                            loops=loops if fam != "dense" else None, layout=layout, shared_after=shared_after)
+        decode = run_layout(W, cfg, ids, dec_ids, exit_depths=depths if fam in LOOPED else None,
+                            loops=loops if fam in LOOPED else None, layout=layout, shared_after=shared_after)
 
-    res = run(W, cfg, ids, loops=loops if fam != "dense" else None, init_state=init_state,
-              incremental=args.incremental)
+    res = run(W, cfg, ids, loops=loops if fam in LOOPED else None, init_state=init_state,
+              incremental=args.incremental, chunk=args.chunk)
 
     os.makedirs(args.out_dir, exist_ok=True)
     meta = {"model_type": cfg["model_type"], "family": fam, "n_tokens": int(ids.numel()),
             "vocab_size": int(res["logits"].shape[-1]), "ids": ids.tolist(),
-            "loops": loops if fam != "dense" else None, "incremental": bool(args.incremental), "files": {}}
+            "loops": loops if fam in LOOPED else None, "incremental": bool(args.incremental), "files": {}}
     write_f32(args.out_dir, "logits.f32", res["logits"], meta)
     if fam == "ouro":
         write_f32(args.out_dir, "ouro_lambda.f32", res["lambda"], meta)
@@ -779,9 +913,9 @@ def main(argv=None):
     if decode is not None:
         meta.update({"decode_ids": dec_ids.tolist(), "n_decode": int(dec_ids.numel()),
                      "exit_depths": depths if depths is not None else ([loops] * int(dec_ids.numel())
-                                                                       if fam != "dense" else None),
+                                                                       if fam in LOOPED else None),
                      "layout": layout, "shared_after": shared_after if layout == "first-then-shared" else None,
-                     "prefill": "one chunk", "depths_ignored": fam == "dense"})
+                     "prefill": "one chunk", "depths_ignored": fam not in LOOPED})
         write_f32(args.out_dir, "prefill_logits.f32", decode["prefill_logits"], meta)
         write_f32(args.out_dir, "decode_logits.f32", decode["decode_logits"], meta)
         if "decode_signals" in decode:

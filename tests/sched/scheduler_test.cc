@@ -421,6 +421,42 @@ TEST(Scheduler, PreemptsNewestAndResumesWithIdenticalOutput) {
   }
 }
 
+// aligned_chunks (LCKV): every prompt is cut at multiples of the budget (8) from its start,
+// whatever else shares the step, also when it is prefilled again after a preemption; without
+// it a prompt queued behind another takes what is left of the step's budget.
+TEST(Scheduler, AlignedChunksCutEveryPromptAtMultiplesOfTheBudget) {
+  for (bool aligned : {true, false}) {
+    for (int64_t blocks : {1000, 20}) {
+      SchedConfig c = Config(SchedMode::kCdbRefill, 4, 1, blocks);
+      c.aligned_chunks = aligned;
+      Scheduler s(c);
+      FakeRunner f;
+      for (int64_t prompt : {5, 19, 13, 3, 11}) ASSERT_TRUE(s.AddRequest(Req(prompt, 6, 2)).ok());
+      Drive(s, f);
+      bool unaligned = false;
+      for (const Plan& p : f.log) {
+        int64_t tokens = 0;
+        for (const PrefillWork& w : p.chunks) {
+          tokens += w.n;
+          const int64_t end = w.pos0 + w.n, prompt = s.request(w.req).spec.prompt_len;
+          const bool at_boundary = w.pos0 % 8 == 0 && (end % 8 == 0 || end == prompt);
+          unaligned = unaligned || !at_boundary;
+          if (aligned) {
+            EXPECT_TRUE(at_boundary) << p.ToString();
+          }
+        }
+        EXPECT_LE(tokens, 8) << p.ToString();
+      }
+      if (!aligned) {
+        EXPECT_TRUE(unaligned) << "the workload must exercise unaligned cuts without the option";
+      }
+      if (blocks == 20) {
+        EXPECT_GT(s.preemptions(), 0);
+      }
+    }
+  }
+}
+
 TEST(Scheduler, RejectsWhatCanNeverFitAndCancels) {
   Scheduler s(Config(SchedMode::kCdbRefill, 4, 1, 8));
   auto bad = s.AddRequest(Req(10, 10, 4));
