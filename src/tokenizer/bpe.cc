@@ -1,5 +1,6 @@
 #include "tokenizer/bpe.h"
 
+#include <cstdio>
 #include <queue>
 
 #include "tokenizer/utf8.h"
@@ -19,7 +20,7 @@ Result<std::unique_ptr<BpeModel>> BpeModel::FromJson(const JsonNode& model) {
                                           model.Get("dropout").json().get<double>() == 0.0))
     return model.Get("dropout").Unsupported();
   FATHOM_ASSIGN_OR_RETURN(bool byte_fallback, model.Get("byte_fallback").BoolOr(false));
-  if (byte_fallback) return model.Get("byte_fallback").Unsupported();
+  FATHOM_ASSIGN_OR_RETURN(bpe->fuse_unk_, model.Get("fuse_unk").BoolOr(false));
   for (const char* field : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     FATHOM_ASSIGN_OR_RETURN(std::string v, model.Get(field).StringOr(""));
     if (!v.empty()) return model.Get(field).Unsupported();
@@ -84,6 +85,16 @@ Result<std::unique_ptr<BpeModel>> BpeModel::FromJson(const JsonNode& model) {
                          MergeRule{static_cast<int32_t>(rank), im->second});
   }
 
+  if (byte_fallback) {
+    // The spelling of `tokenizers`' format!("<{:#04X}>", byte): "<0x0A>".
+    bpe->byte_ids_.assign(256, -1);
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      if (const auto id = bpe->TokenToId(name)) bpe->byte_ids_[static_cast<size_t>(b)] = *id;
+    }
+  }
+
   const JsonNode unk = model.Get("unk_token");
   if (unk.present()) {
     FATHOM_ASSIGN_OR_RETURN(std::string unk_token, unk.String());
@@ -138,15 +149,33 @@ void BpeModel::MergeWord(std::string_view piece, std::vector<int32_t>* ids) cons
   };
   std::vector<Symbol> syms;
   syms.reserve(piece.size());
+  auto add = [&](int32_t id) {
+    const int n = static_cast<int>(syms.size());
+    syms.push_back({id, n - 1, n + 1, true});
+  };
+  bool last_was_unk = false;  // for fuse_unk
   size_t i = 0;
   while (i < piece.size()) {
     const size_t start = i;
     utf8::Next(piece, &i);
-    std::optional<int32_t> id = TokenToId(piece.substr(start, i - start));
-    if (!id) id = unk_id_;
-    if (!id) continue;  // no unk token: the character is dropped, as `tokenizers` does
-    const int n = static_cast<int>(syms.size());
-    syms.push_back({*id, n - 1, n + 1, true});
+    const std::string_view ch = piece.substr(start, i - start);
+    if (const std::optional<int32_t> id = TokenToId(ch)) {
+      add(*id);
+      last_was_unk = false;
+      continue;
+    }
+    if (!byte_ids_.empty()) {
+      bool all = true;
+      for (const char c : ch) all = all && byte_ids_[static_cast<unsigned char>(c)] >= 0;
+      if (all) {
+        for (const char c : ch) add(byte_ids_[static_cast<unsigned char>(c)]);
+        last_was_unk = false;
+        continue;
+      }
+    }
+    if (!unk_id_) continue;  // no unk token: the character is dropped, as `tokenizers` does
+    if (!(fuse_unk_ && last_was_unk)) add(*unk_id_);
+    last_was_unk = true;
   }
   if (syms.empty()) return;
   syms.back().next = -1;

@@ -7,9 +7,12 @@
 //
 // Supported options: merges as "a b" strings or ["a", "b"] pairs; ignore_merges (a piece
 // that is itself in the vocabulary is one token, as Llama 3 sets); continuing_subword_prefix
-// and end_of_word_suffix empty or null; dropout null; byte_fallback false; unk_token (a
-// character missing from the vocabulary becomes unk, or is dropped when unk_token is null,
-// as the `tokenizers` library does).
+// and end_of_word_suffix empty or null; dropout null; byte_fallback (SentencePiece's trick,
+// as Llama 2 / Mistral / TinyLlama set: a character missing from the vocabulary becomes the
+// tokens <0xNN> of its UTF-8 bytes when all of them exist); unk_token (a character that is
+// neither in the vocabulary nor byte-fallback-able becomes unk, or is dropped when unk_token
+// is null, as the `tokenizers` library does); fuse_unk (consecutive such characters become
+// one unk).
 #pragma once
 
 #include <cstdint>
@@ -60,6 +63,9 @@ class BpeModel {
   std::unordered_map<uint64_t, MergeRule> merges_;
   std::optional<int32_t> unk_id_;
   bool ignore_merges_ = false;
+  bool fuse_unk_ = false;
+  // byte_fallback: the id of <0xNN> per byte, -1 where the vocabulary lacks it; empty when off.
+  std::vector<int32_t> byte_ids_;
 
   static constexpr size_t kCacheMaxEntries = 1 << 18;
   static constexpr size_t kCacheMaxPieceBytes = 256;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "tokenizer/byte_level.h"
+#include "tokenizer/utf8.h"
 
 namespace fathom {
 
@@ -130,6 +131,8 @@ Status PreTokenizer::AddSteps(const JsonNode& node, std::vector<Step>* steps) {
       FATHOM_ASSIGN_OR_RETURN(Regex re, Regex::Compile(kGpt2Pattern, where + " (GPT-2 pattern)"));
       step.pattern = std::make_shared<Regex>(std::move(re));
     }
+  } else if (type == "Metaspace") {
+    FATHOM_RETURN_IF_ERROR(AddMetaspace(node, &step));
   } else if (type == "Digits") {
     // Each numeric character is a match; runs of them stay together unless individual.
     step.kind = Kind::kSplit;
@@ -155,6 +158,39 @@ Status PreTokenizer::AddSteps(const JsonNode& node, std::vector<Step>* steps) {
   return Status::Ok();
 }
 
+Status PreTokenizer::AddMetaspace(const JsonNode& node, Step* step) {
+  step->kind = Kind::kMetaspace;
+  const JsonNode rep = node.Get("replacement");
+  FATHOM_ASSIGN_OR_RETURN(step->replacement, rep.String());
+  size_t end = 0;
+  if (step->replacement.empty() || !utf8::Validate(step->replacement, "").ok() ||
+      (utf8::Next(step->replacement, &end), end != step->replacement.size()))
+    return rep.Error("should be one character, found " + DescribeJson(rep.json()));
+  // As `tokenizers` reads it: prepend_scheme defaults to "always"; the older
+  // add_prefix_space false means "never"; split defaults to true.
+  const JsonNode scheme = node.Get("prepend_scheme");
+  FATHOM_ASSIGN_OR_RETURN(std::string s, scheme.StringOr("always"));
+  if (s == "always") {
+    step->prepend = Prepend::kAlways;
+  } else if (s == "first") {
+    step->prepend = Prepend::kFirst;
+  } else if (s == "never") {
+    step->prepend = Prepend::kNever;
+  } else {
+    return scheme.Unsupported();
+  }
+  FATHOM_ASSIGN_OR_RETURN(bool add_prefix_space, node.Get("add_prefix_space").BoolOr(true));
+  if (!add_prefix_space) step->prepend = Prepend::kNever;
+  FATHOM_ASSIGN_OR_RETURN(bool split, node.Get("split").BoolOr(true));
+  if (split) {
+    // Each '▁' starts a piece (SplitDelimiterBehavior::MergedWithNext).
+    FATHOM_ASSIGN_OR_RETURN(Regex re, Regex::Literal(step->replacement, node.origin() + ": " + node.path()));
+    step->pattern = std::make_shared<Regex>(std::move(re));
+    step->behavior = SplitBehavior::kMergedWithNext;
+  }
+  return Status::Ok();
+}
+
 Result<PreTokenizer> PreTokenizer::FromJson(const JsonNode& node) {
   PreTokenizer p;
   FATHOM_RETURN_IF_ERROR(AddSteps(node, &p.steps_));
@@ -162,12 +198,32 @@ Result<PreTokenizer> PreTokenizer::FromJson(const JsonNode& node) {
   return p;
 }
 
-std::vector<std::string> PreTokenizer::Apply(std::string_view text) const {
+std::vector<std::string> PreTokenizer::Apply(std::string_view text, bool at_start) const {
   std::vector<std::string> pieces;
   if (!text.empty()) pieces.emplace_back(text);
   for (const Step& step : steps_) {
     std::vector<std::string> next;
-    for (std::string& piece : pieces) {
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      std::string& piece = pieces[k];
+      if (step.kind == Kind::kMetaspace) {
+        std::string s;
+        for (const char c : piece) {
+          if (c == ' ')
+            s += step.replacement;
+          else
+            s += c;
+        }
+        // An earlier step's first piece begins the stretch; later pieces begin inside it.
+        const bool prepend = step.prepend == Prepend::kAlways ||
+                             (step.prepend == Prepend::kFirst && at_start && k == 0);
+        if (prepend && s.compare(0, step.replacement.size(), step.replacement) != 0) s.insert(0, step.replacement);
+        if (!step.pattern) {
+          next.push_back(std::move(s));
+          continue;
+        }
+        for (std::string& p : SplitByPattern(s, *step.pattern, step.behavior, false)) next.push_back(std::move(p));
+        continue;
+      }
       if (step.kind == Kind::kSplit) {
         for (std::string& p : SplitByPattern(piece, *step.pattern, step.behavior, step.invert))
           next.push_back(std::move(p));

@@ -56,19 +56,28 @@ class TokenizerImpl {
 
   int32_t vocab_size = 0;
   std::vector<std::string> token_bytes;  // per id: what it decodes to
+  // Per id, as the first token of a decoded sequence; empty when the decoder has no
+  // first-token rule (Metaspace).
+  std::vector<std::string> first_token_bytes;
   std::vector<const AddedToken*> added_by_id;
   std::optional<int32_t> bos, eos;
   std::vector<int32_t> stop_ids;
   std::optional<ChatTemplate> chat;
+
+  // What `id` decodes to, as the first token of a sequence or after another one.
+  const std::string& Bytes(int32_t id, bool first) const {
+    const size_t i = static_cast<size_t>(id);
+    return first && !first_token_bytes.empty() ? first_token_bytes[i] : token_bytes[i];
+  }
 
   std::optional<int32_t> TokenToId(std::string_view token) const {
     if (const AddedToken* t = added.Find(token)) return t->id;
     return bpe->TokenToId(token);
   }
 
-  // Normalized text between added tokens -> ids.
-  void EncodePlain(std::string_view text, std::vector<int32_t>* ids) const {
-    for (const std::string& piece : pre_tokenizer.Apply(text)) bpe->Encode(piece, ids);
+  // Normalized text between added tokens -> ids; `at_start`: it begins the encoded text.
+  void EncodePlain(std::string_view text, bool at_start, std::vector<int32_t>* ids) const {
+    for (const std::string& piece : pre_tokenizer.Apply(text, at_start)) bpe->Encode(piece, ids);
   }
 };
 
@@ -135,6 +144,14 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokenize
     m.added_by_id[static_cast<size_t>(t.id)] = &t;
     m.token_bytes[static_cast<size_t>(t.id)] = m.decoder.TokenBytes(t.content);
   }
+  if (m.decoder.first_token_differs()) {
+    m.first_token_bytes.resize(static_cast<size_t>(m.vocab_size));
+    for (int32_t id = 0; id < m.vocab_size; ++id) {
+      const AddedToken* t = m.added_by_id[static_cast<size_t>(id)];
+      const std::string* s = t ? &t->content : m.bpe->IdToToken(id);
+      if (s) m.first_token_bytes[static_cast<size_t>(id)] = m.decoder.FirstTokenBytes(*s);
+    }
+  }
   for (const int32_t id : m.post_processor.prefix())
     if (id >= m.vocab_size) return Status::Error(origin + ": post_processor adds id " + std::to_string(id) + ", past the vocabulary");
 
@@ -185,16 +202,17 @@ Result<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add_s
       ids.push_back(seg.id);
       continue;
     }
+    const bool at_start = seg.text.data() == text.data();
     const std::string normalized = m.normalizer.empty() ? std::string(seg.text) : m.normalizer.Apply(seg.text);
     if (!m.has_normalized_added) {
-      m.EncodePlain(normalized, &ids);
+      m.EncodePlain(normalized, at_start, &ids);
       continue;
     }
     for (const AddedVocabulary::Segment& sub : m.added.Split(normalized, /*normalized=*/true)) {
       if (sub.id >= 0)
         ids.push_back(sub.id);
       else
-        m.EncodePlain(sub.text, &ids);
+        m.EncodePlain(sub.text, at_start && sub.text.data() == normalized.data(), &ids);
     }
   }
   if (add_special_tokens) ids = m.post_processor.Apply(std::move(ids));
@@ -204,6 +222,7 @@ Result<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add_s
 Result<std::string> Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
   const TokenizerImpl& m = *impl_;
   std::string bytes;
+  bool first = true;
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
     if (id < 0 || id >= m.vocab_size) {
@@ -211,9 +230,14 @@ Result<std::string> Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip
                            "): outside the vocabulary [0, " + std::to_string(m.vocab_size) + ")");
     }
     if (skip_special_tokens && IsSpecial(id)) continue;
-    bytes += m.token_bytes[static_cast<size_t>(id)];
+    bytes += m.Bytes(id, first);
+    first = false;
   }
-  return utf8::Lossy(bytes);
+  // Strip after Fuse: the decoded text's leading copies of the content.
+  const std::string& c = m.decoder.strip_content();
+  size_t cut = 0;
+  for (size_t k = 0; k < m.decoder.strip_count() && bytes.compare(cut, c.size(), c) == 0; ++k) cut += c.size();
+  return utf8::Lossy(std::string_view(bytes).substr(cut));
 }
 
 int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
@@ -248,8 +272,22 @@ StreamDecoder::StreamDecoder(const Tokenizer& tok, bool skip_special_tokens)
 
 std::string StreamDecoder::Push(int32_t id) {
   // Ids outside the vocabulary contribute nothing here (Decode reports them as errors).
-  if (skip_special_ && tok_.IsSpecial(id)) return "";
-  pending_ += tok_.TokenBytes(id);
+  if (id < 0 || id >= tok_.vocab_size() || (skip_special_ && tok_.IsSpecial(id))) return "";
+  const TokenizerImpl& m = *tok_.impl_;
+  pending_ += m.Bytes(id, !started_);
+  started_ = true;
+  // Decode's leading Strip: hold the text back while it may still be a stripped prefix.
+  const std::string& c = m.decoder.strip_content();
+  while (stripped_ < m.decoder.strip_count()) {
+    if (pending_.compare(0, c.size(), c) == 0) {
+      pending_.erase(0, c.size());
+      ++stripped_;
+    } else if (c.compare(0, pending_.size(), pending_) == 0) {
+      return "";  // empty, or a prefix of a multi-byte content character: wait
+    } else {
+      stripped_ = m.decoder.strip_count();  // something else starts the text
+    }
+  }
   const size_t n = utf8::CompletePrefix(pending_);
   std::string out = utf8::Lossy(std::string_view(pending_).substr(0, n));
   pending_.erase(0, n);

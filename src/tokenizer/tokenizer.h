@@ -1,14 +1,17 @@
-// Tokenizer: a Hugging Face `tokenizer.json` (byte-level BPE as used by GPT-2, Llama 3 and
-// Qwen 2/3) plus `tokenizer_config.json` (bos/eos, chat template). Encoding follows the
-// `tokenizers` library's pipeline:
+// Tokenizer: a Hugging Face `tokenizer.json` plus `tokenizer_config.json` (bos/eos, chat
+// template), for the two BPE families: byte-level (GPT-2, Llama 3, Qwen 2/3) and
+// SentencePiece-style (Llama 2, Mistral, TinyLlama: '▁' for spaces, byte_fallback to <0xNN>
+// tokens). Encoding follows the `tokenizers` library's pipeline:
 //
 //   text -> split on added tokens (special tokens are matched in the text, as HF does with
-//           split_special_tokens=false) -> normalizer (NFC, ...) -> pre-tokenizer
-//           (Split by regex through PCRE2 with Unicode classes, ByteLevel) -> BPE merges
-//           by rank -> post-processor (TemplateProcessing adds bos, ByteLevel adds nothing)
+//           split_special_tokens=false) -> normalizer per stretch between them (NFC,
+//           Llama 2's Prepend('▁') + Replace(' ', '▁'), ...) -> pre-tokenizer (Split by
+//           regex through PCRE2 with Unicode classes, ByteLevel, Metaspace) -> BPE merges by
+//           rank, byte fallback -> post-processor (TemplateProcessing adds bos)
 //
-// Decoding maps ids back to bytes (ByteLevel decoder); StreamDecoder emits text one token
-// at a time and never emits half a UTF-8 character.
+// Decoding maps ids back to bytes (ByteLevel, or Replace / ByteFallback / Metaspace, then a
+// leading Strip); StreamDecoder emits text one token at a time, never half a UTF-8
+// character, and always the same text as Decode.
 //
 // Anything a tokenizer.json asks for that fathom does not implement (another model type, a
 // normalizer or pre-tokenizer it does not know) is an error at load that names the field.
@@ -55,7 +58,8 @@ class Tokenizer {
   // The token's string as stored in the vocabulary (byte-level form, e.g. "Ġthe").
   std::optional<std::string> IdToToken(int32_t id) const;
   bool IsSpecial(int32_t id) const;
-  // The bytes a token decodes to on its own (special tokens: their content).
+  // The bytes a token decodes to after another token (special tokens: their content). As the
+  // first token of a decode it may differ: SentencePiece decoders drop its leading space.
   std::string TokenBytes(int32_t id) const;
 
   std::optional<int32_t> bos_id() const;
@@ -68,6 +72,7 @@ class Tokenizer {
 
  private:
   Tokenizer();
+  friend class StreamDecoder;  // reads the first-token bytes and the decoder's Strip
   std::unique_ptr<TokenizerImpl> impl_;
 };
 
@@ -84,7 +89,9 @@ class StreamDecoder {
  private:
   const Tokenizer& tok_;
   bool skip_special_;
-  std::string pending_;  // bytes of an incomplete UTF-8 sequence
+  std::string pending_;    // bytes of an incomplete UTF-8 sequence (or of a possible strip)
+  bool started_ = false;   // a token has been pushed (the next is not the first)
+  size_t stripped_ = 0;    // leading Strip characters removed, or the Strip's count once done
 };
 
 }  // namespace fathom

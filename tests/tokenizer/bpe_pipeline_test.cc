@@ -145,11 +145,36 @@ TEST(Split, BehavioursFollowTheTokenizersLibrary) {
   EXPECT_EQ(SplitByPattern(text, words.value(), SplitBehavior::kRemoved, true), (V{"the", "final", "countdown"}));
 }
 
-std::vector<std::string> PreTokenize(const nlohmann::json& config, const std::string& text) {
+std::vector<std::string> PreTokenize(const nlohmann::json& config, const std::string& text, bool at_start = true) {
   const std::string origin = "tokenizer.json";
   auto p = PreTokenizer::FromJson(JsonNode(&config, &origin, "pre_tokenizer"));
   EXPECT_TRUE(p.ok()) << p.status().message();
-  return p.ok() ? p.value().Apply(text) : std::vector<std::string>{};
+  return p.ok() ? p.value().Apply(text, at_start) : std::vector<std::string>{};
+}
+
+// The expectations of the `tokenizers` library's own Metaspace tests (metaspace.rs: basic,
+// multiple_spaces, no_split, non_legacy_meta_space, serialization_and_legacy).
+TEST(PreTokenizer, MetaspaceAsTheTokenizersLibrary) {
+  using V = std::vector<std::string>;
+  const nlohmann::json always = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}, {"split", true}};
+  EXPECT_EQ(PreTokenize(always, "Hey friend!"), (V{"\u2581Hey", "\u2581friend!"}));
+  EXPECT_EQ(PreTokenize(always, "Hey   friend!"), (V{"\u2581Hey", "\u2581", "\u2581", "\u2581friend!"}));
+  // "always" prepends after an added token as well; a leading '▁' is not doubled.
+  EXPECT_EQ(PreTokenize(always, "how are", false), (V{"\u2581how", "\u2581are"}));
+  EXPECT_EQ(PreTokenize(always, " x"), (V{"\u2581x"}));
+  nlohmann::json no_split = always;
+  no_split["split"] = false;
+  EXPECT_EQ(PreTokenize(no_split, "Hey friend!"), (V{"\u2581Hey\u2581friend!"}));
+  // "first": only where the text begins, not after an added token such as <s>.
+  nlohmann::json first = always;
+  first["prepend_scheme"] = "first";
+  EXPECT_EQ(PreTokenize(first, "Hey my friend "), (V{"\u2581Hey", "\u2581my", "\u2581friend", "\u2581"}));
+  EXPECT_EQ(PreTokenize(first, "how\u2581are you", false), (V{"how", "\u2581are", "\u2581you"}));
+  // The older form: add_prefix_space false means never; split defaults to true.
+  const nlohmann::json legacy_never = {{"type", "Metaspace"}, {"replacement", "_"}, {"add_prefix_space", false}};
+  EXPECT_EQ(PreTokenize(legacy_never, "Hey friend"), (V{"Hey", "_friend"}));
+  const nlohmann::json legacy = {{"type", "Metaspace"}, {"replacement", "_"}, {"str_rep", "_"}, {"add_prefix_space", true}};
+  EXPECT_EQ(PreTokenize(legacy, "Hey friend"), (V{"_Hey", "_friend"}));
 }
 
 TEST(PreTokenizer, DigitsAndWhitespace) {
@@ -291,10 +316,19 @@ TEST(Errors, InvalidUtf8NamesTheByte) {
 TEST(Errors, UnsupportedPartsNameTheField) {
   nlohmann::json j = ByteLevelTokenizerJson({});
   j["pre_tokenizer"] = {{"type", "Sequence"},
-                        {"pretokenizers", {Gpt2ByteLevel(), {{"type", "Metaspace"}, {"replacement", "_"}}}}};
+                        {"pretokenizers", {Gpt2ByteLevel(), {{"type", "Metaspace"}, {"replacement", "__"}}}}};
   auto r = Tokenizer::FromJson(j.dump(), "", "tokenizer.json");
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message(), "tokenizer.json: pre_tokenizer.pretokenizers[1].type \"Metaspace\" is not supported");
+  EXPECT_EQ(r.status().message(),
+            "tokenizer.json: pre_tokenizer.pretokenizers[1].replacement should be one character, found string \"__\"");
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "sometimes"}};
+  r = Tokenizer::FromJson(j.dump(), "", "tokenizer.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "tokenizer.json: pre_tokenizer.prepend_scheme \"sometimes\" is not supported");
+  j["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
+  r = Tokenizer::FromJson(j.dump(), "", "tokenizer.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "tokenizer.json: pre_tokenizer.type \"UnicodeScripts\" is not supported");
 
   j = ByteLevelTokenizerJson({});
   j["model"]["type"] = "WordPiece";
@@ -309,16 +343,48 @@ TEST(Errors, UnsupportedPartsNameTheField) {
   EXPECT_EQ(r.status().message(), "tokenizer.json: normalizer.type \"BertNormalizer\" is not supported");
 
   j = ByteLevelTokenizerJson({});
+  j["decoder"] = {{"type", "WordPiece"}};
+  r = Tokenizer::FromJson(j.dump(), "", "tokenizer.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "tokenizer.json: decoder.type \"WordPiece\" is not supported");
   j["decoder"] = {{"type", "Metaspace"}};
   r = Tokenizer::FromJson(j.dump(), "", "tokenizer.json");
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message(), "tokenizer.json: decoder.type \"Metaspace\" is not supported");
-
-  j = ByteLevelTokenizerJson({});
-  j["model"]["byte_fallback"] = true;
+  EXPECT_EQ(r.status().message(), "tokenizer.json: missing field decoder.replacement");
+  j["decoder"] = nullptr;
   r = Tokenizer::FromJson(j.dump(), "", "tokenizer.json");
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message(), "tokenizer.json: model.byte_fallback true is not supported");
+  EXPECT_EQ(r.status().message(), "tokenizer.json: decoder null is not supported (it joins tokens with spaces)");
+
+  // Llama 2's decoder with the parts fathom cannot stream or order.
+  auto llama_decoder = [](const nlohmann::json& strip) {
+    return nlohmann::json{{"type", "Sequence"},
+                          {"decoders",
+                           {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                            {{"type", "ByteFallback"}},
+                            {{"type", "Fuse"}},
+                            strip}}};
+  };
+  j["decoder"] = llama_decoder({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 1}});
+  r = Tokenizer::FromJson(j.dump(), "", "tokenizer.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "tokenizer.json: decoder.decoders[3].stop other than 0 is not supported (a streamed decode cannot know the "
+            "text's end)");
+  j["decoder"] = llama_decoder({{"type", "ByteLevel"}});
+  r = Tokenizer::FromJson(j.dump(), "", "tokenizer.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "tokenizer.json: decoder.decoders[3] type \"ByteLevel\" after Fuse is not supported");
+  j["decoder"] = {{"type", "Sequence"},
+                  {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Replace"}, {"pattern", {{"String", "_"}}}, {"content", " "}}}}};
+  r = Tokenizer::FromJson(j.dump(), "", "tokenizer.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "tokenizer.json: decoder.decoders[1] type \"Replace\" after ByteFallback is not supported");
+  j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
+  r = Tokenizer::FromJson(j.dump(), "", "tokenizer.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "tokenizer.json: decoder.decoders[0] Strip before Fuse is not supported (it would strip every token)");
 
   j = ByteLevelTokenizerJson({});
   j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};

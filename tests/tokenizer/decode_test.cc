@@ -67,6 +67,75 @@ TEST(Decode, SkipSpecialTokens) {
   EXPECT_EQ(tok->IdToToken(' '), "Ġ");
 }
 
+// A vocabulary of whole '▁' tokens with a given decoder.
+std::unique_ptr<Tokenizer> MetaspaceTokenizer(const nlohmann::json& decoder) {
+  const nlohmann::json j = {
+      {"added_tokens", {{{"id", 4}, {"content", "<s>"}, {"special", true}, {"normalized", false}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", nullptr},
+      {"post_processor", nullptr},
+      {"decoder", decoder},
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", {{"\u2581Hey", 0}, {"\u2581friend!", 1}, {"\u2581\u2581", 2}, {"a", 3}, {"<s>", 4}}},
+        {"merges", nlohmann::json::array()}}}};
+  return testing::MakeTokenizer(j);
+}
+
+TEST(Decode, MetaspaceDecoderAsTheTokenizersLibrary) {
+  // metaspace.rs's decode test: ["▁Hey", "▁friend!"] -> "Hey" + " friend!"; with
+  // prepend_scheme "never" the first token keeps its space. Its decode_chain drops every '▁'
+  // of the first token (not only a leading one), so "▁▁" first decodes to nothing.
+  auto tok = MetaspaceTokenizer({{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}, {"split", true}});
+  ASSERT_TRUE(tok);
+  EXPECT_EQ(tok->Decode({0, 1}, false).value(), "Hey friend!");
+  EXPECT_EQ(tok->Decode({2, 3, 2}, false).value(), "a  ");
+  EXPECT_EQ(tok->Decode({4, 0}, false).value(), "<s> Hey");
+  EXPECT_EQ(tok->Decode({4, 0}, true).value(), "Hey");
+  for (const Ids& ids : {Ids{0, 1}, Ids{2, 3, 2}, Ids{4, 0}}) {
+    EXPECT_EQ(StreamAll(*tok, ids, false), tok->Decode(ids, false).value());
+    EXPECT_EQ(StreamAll(*tok, ids, true), tok->Decode(ids, true).value());
+  }
+  auto never = MetaspaceTokenizer({{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "never"}});
+  ASSERT_TRUE(never);
+  EXPECT_EQ(never->Decode({0}, false).value(), " Hey");
+  auto legacy = MetaspaceTokenizer({{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", false}});
+  ASSERT_TRUE(legacy);
+  EXPECT_EQ(legacy->Decode({0}, false).value(), " Hey");
+}
+
+TEST(StreamDecoder, LeadingStripWaitsForTheFirstCharacter) {
+  // Llama 2's decoder: the first token's '▁' becomes a space that Strip removes, also when
+  // that space arrives as the byte token <0x20>, and only once.
+  const nlohmann::json decoder = {
+      {"type", "Sequence"},
+      {"decoders",
+       {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+        {{"type", "ByteFallback"}},
+        {{"type", "Fuse"}},
+        {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
+  const nlohmann::json j = {
+      {"added_tokens", {{{"id", 3}, {"content", "<s>"}, {"special", true}, {"normalized", false}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", nullptr},
+      {"post_processor", nullptr},
+      {"decoder", decoder},
+      {"model",
+       {{"type", "BPE"}, {"byte_fallback", true},
+        {"vocab", {{"<0x20>", 0}, {"\u2581a", 1}, {"b", 2}, {"<s>", 3}}},
+        {"merges", nlohmann::json::array()}}}};
+  auto tok = testing::MakeTokenizer(j);
+  ASSERT_TRUE(tok);
+  std::vector<std::string> parts;
+  EXPECT_EQ(StreamAll(*tok, {0, 0, 1}, false, &parts), " " " a");
+  EXPECT_EQ(tok->Decode({0, 0, 1}, false).value(), "  a");
+  EXPECT_EQ(parts.front(), "");  // the first space is stripped
+  EXPECT_EQ(tok->Decode({3, 1}, false).value(), "<s> a");
+  EXPECT_EQ(tok->Decode({3, 1}, true).value(), "a");
+  EXPECT_EQ(StreamAll(*tok, {3, 1}, true), "a");
+  EXPECT_EQ(StreamAll(*tok, {3, 1}, false), "<s> a");
+}
+
 TEST(StreamDecoder, NeverEmitsHalfACharacter) {
   auto tok = ByteTokenizer();
   ASSERT_TRUE(tok);
