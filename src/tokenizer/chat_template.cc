@@ -93,9 +93,37 @@ std::string FindLiteralRole(std::string_view src, std::string_view begin, std::s
   return fallback;
 }
 
+// The body of the first Jinja string literal assigned as `set NAME = '...'`, unescaped;
+// empty when there is none (e.g. `set system_message = false`).
+std::string FindSetLiteral(std::string_view src, std::string_view name) {
+  const std::string head = std::string(name) + " = '";
+  const size_t pos = src.find(head);
+  if (pos == std::string_view::npos) return "";
+  const size_t body = pos + head.size();
+  for (size_t i = body; i < src.size(); ++i) {
+    if (src[i] == '\\') {
+      ++i;
+    } else if (src[i] == '\'') {
+      return UnescapeJinja(src.substr(body, i - body));
+    }
+  }
+  return "";
+}
+
+// "\n" when the expression whose last operand ends at `after` closes with `}}` followed by a
+// newline: HF renders with trim_blocks, which removes the newline after a {% %} tag but not
+// after a {{ }} expression, so that newline is part of the output.
+std::string NewlineAfterExpression(std::string_view src, size_t after) {
+  size_t i = after;
+  while (i < src.size() && src[i] == ' ') ++i;
+  if (src.compare(i, 2, "}}") != 0) return "";
+  i += 2;
+  return i < src.size() && src[i] == '\n' ? "\n" : "";
+}
+
 }  // namespace
 
-ChatTemplate ChatTemplate::Detect(std::string_view jinja_source, std::string bos_token) {
+ChatTemplate ChatTemplate::Detect(std::string_view jinja_source, std::string bos_token, std::string eos_token) {
   ChatTemplate t;
   const std::string_view src = jinja_source;
   const bool has_gen_flag = Contains(src, "add_generation_prompt");
@@ -128,11 +156,37 @@ ChatTemplate ChatTemplate::Detect(std::string_view jinja_source, std::string bos
     t.generation_role_ = FindLiteralRole(src, t.begin_header_, t.end_header_, "Huginn");
     t.always_generation_prompt_ = !has_gen_flag;
     if (Contains(src, "'<|end_text|>'")) t.no_generation_suffix_ = "<|end_text|>";
+  } else if (Contains(src, "[INST]") && Contains(src, "<<SYS>>")) {
+    t.format_ = Format::kLlama2;
+    t.bos_per_turn_ = Contains(src, "bos_token + '[INST]") || Contains(src, "'<s>' + '[INST]") ||
+                      Contains(src, "'<s>[INST]");
+    t.llama2_system_branch_ = Contains(src, "elif message['role'] == 'system'");
+    t.default_system_ = FindSetLiteral(src, "system_message");
+    // Templates that spell the special tokens out instead of using the variables.
+    if (!Contains(src, "bos_token") && Contains(src, "<s>")) bos_token = "<s>";
+    if (!Contains(src, "eos_token") && Contains(src, "</s>")) eos_token = "</s>";
+  } else if (Contains(src, "<|user|>") && Contains(src, "<|assistant|>") && Contains(src, "eos_token") &&
+             !Contains(src, "<|end|>")) {
+    // (Phi-3 writes <|user|> / <|assistant|> too, but ends turns with <|end|>.)
+    t.format_ = Format::kZephyr;
+    const size_t eos_expr = src.find("eos_token", src.find("<|user|>"));
+    t.turn_newline_ = NewlineAfterExpression(src, eos_expr + 9);
+    // The generation prompt: the <|assistant|> literal after the add_generation_prompt test.
+    const size_t gen_test = src.find("add_generation_prompt");
+    const size_t gen = gen_test == std::string_view::npos ? gen_test : src.find("<|assistant|>", gen_test);
+    if (gen != std::string_view::npos) {
+      const size_t body = gen + 13;
+      const size_t close = src.find('\'', body);
+      if (close != std::string_view::npos) {
+        t.generation_newline_ = UnescapeJinja(src.substr(body, close - body)) + NewlineAfterExpression(src, close + 1);
+      }
+    }
   } else {
     t.source_head_ = std::string(src.substr(0, 60));
   }
   // Only templates that emit bos_token get it in their prompt.
-  if (Contains(src, "bos_token")) t.bos_ = std::move(bos_token);
+  if (Contains(src, "bos_token") || t.format_ == Format::kLlama2) t.bos_ = std::move(bos_token);
+  t.eos_ = std::move(eos_token);
   return t;
 }
 
@@ -141,6 +195,8 @@ std::string_view ChatTemplate::FormatName() const {
     case Format::kChatMl: return "chatml";
     case Format::kLlama3: return "llama3";
     case Format::kHuginn: return "huginn";
+    case Format::kLlama2: return "llama2";
+    case Format::kZephyr: return "zephyr";
     case Format::kUnknown: break;
   }
   return "unknown";
@@ -149,12 +205,14 @@ std::string_view ChatTemplate::FormatName() const {
 Result<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
                                          bool add_generation_prompt) const {
   if (format_ == Format::kUnknown) {
-    return Status::Error("chat template not recognised (fathom renders ChatML, Llama 3 and Huginn "
-                         "templates natively): \"" + source_head_ + "...\"");
+    return Status::Error("chat template not recognised (fathom renders ChatML, Llama 3, Huginn, Llama 2 and "
+                         "Zephyr templates natively): \"" + source_head_ + "...\"");
   }
   if (messages.empty()) return Status::Error("chat template: no messages to render");
   for (size_t i = 0; i < messages.size(); ++i)
     if (messages[i].role.empty()) return Status::Error("chat message " + std::to_string(i) + " has an empty role");
+  if (format_ == Format::kLlama2) return RenderLlama2(messages);
+  if (format_ == Format::kZephyr) return RenderZephyr(messages, add_generation_prompt);
   const bool gen = add_generation_prompt || always_generation_prompt_;
   std::string out;
 
@@ -229,6 +287,54 @@ Result<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& message
     out += begin_header_ + generation_role_ + end_header_ + "\n\n";
   else
     out += no_generation_suffix_;
+  return out;
+}
+
+Result<std::string> ChatTemplate::RenderLlama2(const std::vector<ChatMessage>& messages) const {
+  // Meta's template: the first message may be the system prompt, merged into the first
+  // user turn; then user and assistant alternate (raise_exception otherwise).
+  size_t first = 0;
+  std::string system;
+  bool has_system = false;
+  if (messages[0].role == "system") {
+    system = messages[0].content;
+    has_system = true;
+    first = 1;
+  } else if (!default_system_.empty() && !Contains(messages[0].content, "<<SYS>>")) {
+    system = default_system_;
+    has_system = true;
+  }
+  std::string out;
+  if (!bos_per_turn_) out += bos_;
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    const size_t index = i - first;
+    if ((m.role == "user") != (index % 2 == 0))
+      return Status::Error("chat template (Llama 2): conversation roles must alternate user/assistant/user/"
+                           "assistant/... (message " + std::to_string(i) + " is \"" + m.role + "\")");
+    std::string content = m.content;
+    if (index == 0 && has_system) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
+    if (m.role == "user") {
+      out += (bos_per_turn_ ? bos_ : std::string()) + "[INST] " + Trim(content) + " [/INST]";
+    } else if (m.role == "system" && llama2_system_branch_) {
+      out += "<<SYS>>\n" + Trim(content) + "\n<</SYS>>\n\n";
+    } else if (m.role == "assistant") {
+      out += " " + Trim(content) + " " + eos_;
+    }
+    // Other roles at odd positions pass the alternation test and render nothing.
+  }
+  if (out.empty() || out == bos_) return Status::Error("chat template (Llama 2): no user message to render");
+  return out;
+}
+
+Result<std::string> ChatTemplate::RenderZephyr(const std::vector<ChatMessage>& messages,
+                                               bool add_generation_prompt) const {
+  std::string out = bos_;
+  for (const ChatMessage& m : messages) {
+    if (m.role == "user" || m.role == "system" || m.role == "assistant")
+      out += "<|" + m.role + "|>\n" + m.content + eos_ + turn_newline_;
+  }
+  if (add_generation_prompt) out += "<|assistant|>" + generation_newline_;
   return out;
 }
 

@@ -10,6 +10,19 @@
 //                              "Huginn"; without one the template ends with <|end_text|>
 //                              (the template of seal-rg/recurrent-pretraining's tokenizer
 //                              script, as uploaded with tomg-group-umd/huginn-0125)
+//   Llama 2 (Meta's chat template, also TinyLlama-derived and CodeLlama checkpoints):
+//                              <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s>
+//                              <s>[INST] {user} [/INST] ... contents stripped; roles must
+//                              alternate user / assistant after the optional system message
+//                              (the template's raise_exception, here an error); no generation
+//                              prompt of its own (the prompt ends with [/INST]); a literal
+//                              default system prompt and a branch for later system messages
+//                              when the template has them. Recognised by [INST] with <<SYS>>
+//                              (Mistral's [INST] template, without <<SYS>>, is not Llama 2's).
+//   Zephyr (TinyLlama-1.1B-Chat): <|system|>\n{content}</s>\n<|user|>\n{content}</s>\n ...
+//                              generation prompt <|assistant|>\n; other roles render nothing
+//                              (the newlines are those HF's trim_blocks leaves after each
+//                              expression: present when the template's lines end with `}}`)
 // What fathom follows of each template: ChatML's default system prompt when the template
 // writes one as a literal (Qwen 2.5), Qwen 3's <think> handling of assistant turns and its
 // tool-response turns (thinking enabled, its default: nothing after the generation
@@ -36,14 +49,16 @@ struct ChatMessage {
 
 class ChatTemplate {
  public:
-  enum class Format { kUnknown, kChatMl, kLlama3, kHuginn };
+  enum class Format { kUnknown, kChatMl, kLlama3, kHuginn, kLlama2, kZephyr };
 
   // Recognises the format from the Jinja source (tokenizer_config.json "chat_template").
-  // `bos_token` is the config's bos string (used by formats whose template emits it).
-  static ChatTemplate Detect(std::string_view jinja_source, std::string bos_token);
+  // `bos_token` / `eos_token` are the config's strings (used by formats whose template
+  // emits them).
+  static ChatTemplate Detect(std::string_view jinja_source, std::string bos_token,
+                             std::string eos_token = "");
 
   Format format() const { return format_; }
-  std::string_view FormatName() const;  // "chatml", "llama3", "huginn", "unknown"
+  std::string_view FormatName() const;  // "chatml", "llama3", "huginn", "llama2", "zephyr", "unknown"
   // The prompt text (special tokens as text; encode with add_special_tokens=false).
   // Errors: unknown format, no messages, an empty role.
   Result<std::string> Render(const std::vector<ChatMessage>& messages,
@@ -52,8 +67,17 @@ class ChatTemplate {
  private:
   Format format_ = Format::kUnknown;
   std::string source_head_;     // first characters of an unrecognised template, for errors
-  std::string bos_;
+  Result<std::string> RenderLlama2(const std::vector<ChatMessage>& messages) const;
+  Result<std::string> RenderZephyr(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+
+  std::string bos_, eos_;
   std::string default_system_;  // a system prompt the template inserts when none is given
+  // Llama 2: bos before every [INST] (Meta's template) or once at the start; whether
+  // system messages after the first render as their own <<SYS>> block.
+  bool bos_per_turn_ = false;
+  bool llama2_system_branch_ = false;
+  // Zephyr: the newline after each turn and after the generation prompt.
+  std::string turn_newline_, generation_newline_;
   // ChatML as Qwen 3 writes it: assistant turns after the last user query carry their
   // reasoning in <think>...</think> (an empty block on the final one), earlier ones drop it;
   // "tool" messages become <tool_response> blocks in a user turn.

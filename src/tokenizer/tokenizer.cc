@@ -98,7 +98,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& dir) {
     FATHOM_ASSIGN_OR_RETURN(std::optional<std::string> jinja, ReadFileIfExists(jinja_path));
     FATHOM_ASSIGN_OR_RETURN(TokenizerConfig cfg, ParseTokenizerConfig(cfg_json.value_or(""), cfg_path));
     if (jinja && !jinja->empty())
-      tok->impl_->chat = ChatTemplate::Detect(*jinja, cfg.bos_token.value_or(""));
+      tok->impl_->chat = ChatTemplate::Detect(*jinja, cfg.bos_token.value_or(""), cfg.eos_token.value_or(""));
   }
   return tok;
 }
@@ -189,7 +189,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokenize
       m.stop_ids.push_back(*id);
   }
   if (!cfg.chat_template.empty())
-    m.chat = ChatTemplate::Detect(cfg.chat_template, cfg.bos_token.value_or(""));
+    m.chat = ChatTemplate::Detect(cfg.chat_template, cfg.bos_token.value_or(""), cfg.eos_token.value_or(""));
   return tok;
 }
 
