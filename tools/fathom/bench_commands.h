@@ -10,5 +10,6 @@ int RunBenchOffline(const std::vector<std::string>& args);
 int RunBenchOnline(const std::vector<std::string>& args);
 int RunBenchKSweep(const std::vector<std::string>& args);
 int RunBenchServe(const std::vector<std::string>& args);  // bench_serve.cc
+int RunBenchKvCapacity(const std::vector<std::string>& args);  // bench_kv_capacity.cc
 
 }  // namespace fathom::cli
