@@ -249,6 +249,14 @@ void HttpServer::HandleMetrics(httplib::Response& res) {
   m.model = opt_.model_name;
   m.rejected_invalid += rejected_invalid_.load();
   m.rejected_unauthorized = rejected_unauthorized_.load();
+  m.timed_out = timed_out_.load();
+  const ConnectionStats c = connection_stats();
+  m.connections_open = c.open;
+  m.connections_accepted = c.accepted;
+  m.connections_refused = c.refused;
+  m.connections_idle_closed = c.idle_closed;
+  m.connections_read_timeout = c.read_timeouts;
+  m.connections_headers_too_large = c.headers_too_large;
   res.set_content(RenderPrometheus(m), "text/plain; version=0.0.4; charset=utf-8");
 }
 
@@ -328,6 +336,7 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req, 
     while (!gen.done()) {
       if (Expired(deadline)) {
         loop_.Cancel(sub.stream, /*stop_string=*/false);
+        ++timed_out_;
         return SendError(res, TimeoutError(opt_.request_timeout_ms));
       }
       events.clear();
@@ -370,6 +379,7 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req, 
           // Cancelled by the request timeout: the status line went out already, so the
           // stream ends with an error event (as OpenAI's do) and [DONE].
           loop_.Cancel(job->stream, /*stop_string=*/false);
+          ++timed_out_;
           out += SseEvent(ErrorBody(TimeoutError(opt_.request_timeout_ms)));
           out += kSseDone;
           job->finished = true;

@@ -113,7 +113,7 @@ class HttpServer {
   std::thread listen_thread_;
   std::atomic<bool> stop_requested_{false};
   std::atomic<int64_t> next_id_{1};
-  std::atomic<int64_t> rejected_invalid_{0}, rejected_unauthorized_{0};
+  std::atomic<int64_t> rejected_invalid_{0}, rejected_unauthorized_{0}, timed_out_{0};
 
   // Generation requests being answered (a stream counts until its response is released).
   std::mutex mu_;

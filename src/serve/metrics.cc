@@ -57,6 +57,20 @@ std::string RenderPrometheus(const MetricsSnapshot& m) {
   w.Sample("requests_rejected_total", "status=\"401\"", m.rejected_unauthorized);
   w.Sample("requests_rejected_total", "status=\"429\"", m.rejected_overloaded);
   w.Sample("requests_rejected_total", "status=\"503\"", m.rejected_draining);
+  w.Family("requests_timed_out_total", "counter", "Requests cancelled by the request timeout (408).");
+  w.Sample("requests_timed_out_total", "", m.timed_out);
+
+  w.Family("connections_open", "gauge", "TCP connections open: idle, being read or in a request.");
+  w.Sample("connections_open", "", m.connections_open);
+  w.Family("connections_accepted_total", "counter", "TCP connections accepted.");
+  w.Sample("connections_accepted_total", "", m.connections_accepted);
+  w.Family("connections_closed_total", "counter",
+           "Connections the server closed on its own, by reason (refused: over --max-connections, 503; "
+           "read_timeout: 408; headers_too_large: 431; idle: past the idle timeout).");
+  w.Sample("connections_closed_total", "reason=\"refused\"", m.connections_refused);
+  w.Sample("connections_closed_total", "reason=\"idle\"", m.connections_idle_closed);
+  w.Sample("connections_closed_total", "reason=\"read_timeout\"", m.connections_read_timeout);
+  w.Sample("connections_closed_total", "reason=\"headers_too_large\"", m.connections_headers_too_large);
 
   w.Family("queue_length", "gauge",
            "Scheduler queue lengths: waiting (prefill), ready (prelude), loop (core steps), coda.");

@@ -18,6 +18,13 @@ struct MetricsSnapshot {
   int64_t rejected_overloaded = 0;  // 429: more than max_pending requests
   int64_t rejected_draining = 0;    // 503: the server is shutting down
   int64_t rejected_unauthorized = 0;  // 401
+  int64_t timed_out = 0;            // 408: cancelled by the request timeout
+  // Connections (the HTTP layer's ConnectionLoop).
+  int64_t connections_open = 0, connections_accepted = 0;
+  int64_t connections_refused = 0;       // 503: --max-connections were open
+  int64_t connections_idle_closed = 0;   // idle past the idle timeout
+  int64_t connections_read_timeout = 0;  // 408: the request did not arrive in time
+  int64_t connections_headers_too_large = 0;  // 431
   // The scheduler's queues (DESIGN.md §2).
   int64_t queue_waiting = 0, queue_ready = 0, queue_loop = 0, queue_coda = 0;
   // Mean rows per run of each stage since start, and the last plan's stage and rows.

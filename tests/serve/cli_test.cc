@@ -2,6 +2,8 @@
 // exits 0. Every wait is bounded (60 s) so that a hung server fails the test.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "model/test_util.h"
@@ -32,6 +34,52 @@ TEST(ServeCli, ServesAndDrainsOnSigterm) {
     EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"].get<int>() > 0, true);
   }
   EXPECT_EQ(server.Terminate(), 0) << server.output();
+}
+
+// The outside checks of issue 16 against the real process: a 200,000-deep body crashed it
+// (stack exhaustion); the key comes from --api-key-file.
+TEST(ServeCli, ApiKeyFileAndADeepBodyThatOnceCrashedIt) {
+  TempDir dir;
+  MakeServeModel(dir / "tiny-model");
+  { std::ofstream(dir / "key") << "k-123\n"; }
+  ServeProcess server;
+  const int port = server.Start({"--model", dir / "tiny-model", "--threads", "1", "--api-key-file", dir / "key"});
+  ASSERT_GT(port, 0) << server.output();
+  {
+    httplib::Client cli("127.0.0.1", port);
+    cli.set_read_timeout(60, 0);
+    const std::string body = R"({"prompt": "hello", "max_tokens": 2})";
+    auto r = cli.Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401);
+    cli.set_bearer_token_auth("k-123");
+    r = cli.Post("/v1/completions", "{\"prompt\": " + std::string(200000, '[') + std::string(200000, ']') + "}",
+                 "application/json");
+    ASSERT_TRUE(r) << "no answer: " << server.output();
+    EXPECT_EQ(r->status, 400) << r->body;
+    r = cli.Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(r) << server.output();
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  EXPECT_EQ(server.Terminate(), 0) << server.output();
+}
+
+TEST(ServeCli, ApiKeyFileErrorsNameThePath) {
+  TempDir dir;
+  MakeServeModel(dir / "tiny-model");
+  CommandResult r = RunCommand(FathomBinary() + " serve --model " + (dir / "tiny-model") + " --port 0 --api-key-file " +
+                               (dir / "nope"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--api-key-file: cannot read '" + (dir / "nope") + "'"), std::string::npos) << r.output;
+  { std::ofstream(dir / "empty") << "\n"; }
+  r = RunCommand(FathomBinary() + " serve --model " + (dir / "tiny-model") + " --port 0 --api-key-file " +
+                 (dir / "empty"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is empty"), std::string::npos) << r.output;
+  r = RunCommand(FathomBinary() + " serve --model " + (dir / "tiny-model") + " --port 0 --api-key x --api-key-file " +
+                 (dir / "empty"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("give one"), std::string::npos) << r.output;
 }
 
 TEST(ServeCli, MissingTokenizerIsAClearError) {

@@ -27,6 +27,10 @@ TEST(Metrics, RendersPrometheusText) {
   m.prompt_tokens = 100;
   m.output_tokens = 200;
   m.output_tokens_per_second = 12.5;
+  m.timed_out = 3;
+  m.connections_open = 11;
+  m.connections_refused = 12;
+  m.connections_read_timeout = 13;
   const std::string t = RenderPrometheus(m);
   EXPECT_NE(t.find("# HELP fathom_requests "), std::string::npos);
   EXPECT_NE(t.find("# TYPE fathom_requests gauge"), std::string::npos);
@@ -46,6 +50,10 @@ TEST(Metrics, RendersPrometheusText) {
   EXPECT_EQ(MetricValue(t, "fathom_prompt_tokens_total"), 100);
   EXPECT_EQ(MetricValue(t, "fathom_output_tokens_total"), 200);
   EXPECT_EQ(MetricValue(t, "fathom_output_tokens_per_second"), 12.5);
+  EXPECT_EQ(MetricValue(t, "fathom_requests_timed_out_total"), 3);
+  EXPECT_EQ(MetricValue(t, "fathom_connections_open"), 11);
+  EXPECT_EQ(MetricValue(t, "fathom_connections_closed_total", "reason=\"refused\""), 12);
+  EXPECT_EQ(MetricValue(t, "fathom_connections_closed_total", "reason=\"read_timeout\""), 13);
   // Every sample line belongs to a family declared with HELP and TYPE.
   size_t pos = 0;
   while ((pos = t.find("\nfathom_", pos)) != std::string::npos) {

@@ -466,6 +466,9 @@ TEST_F(ReliabilityTest, RequestTimeoutCancelsWithA408) {
   }
   EXPECT_TRUE(idle);
   EXPECT_EQ(loop_->Metrics().cancelled, 2);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(fathom::testing::MetricValue(m->body, "fathom_requests_timed_out_total"), 2) << m->body;
 }
 
 // Stop() cuts a stream that is still generating (and returns); Drain finishing whole
