@@ -125,18 +125,20 @@ class ConnStream final : public httplib::Stream {
   // deadline marks the stream timed out. A stop fails reads only: a response being
   // written when the server drains must still reach its client (open streams are cut by
   // cpp-httplib itself, which ends chunked responses once the listening socket is gone).
+  // The socket is polled at least once, so a deadline already passed (a zero timeout)
+  // still sees a socket that is ready.
   bool WaitFor(short events, Clock::time_point deadline) const {
     for (;;) {
       if (events == POLLIN && stopping_) return false;
       const auto now = Clock::now();
-      if (now >= deadline) {
-        if (events == POLLIN) timed_out_ = true;
-        return false;
-      }
       pollfd p{fd_, events, 0};
       const int rc = ::poll(&p, 1, std::min(MsUntil(deadline, now), 100));
       if (rc > 0) return (p.revents & (events | POLLHUP | POLLERR)) != 0;
       if (rc < 0 && errno != EINTR) return false;
+      if (rc == 0 && Clock::now() >= deadline) {
+        if (events == POLLIN) timed_out_ = true;
+        return false;
+      }
     }
   }
 
@@ -319,6 +321,20 @@ void ConnectionLoop::AcceptAll() {
   }
 }
 
+bool ConnectionLoop::Inline(const Conn& c) const {
+  // "GET <path> " or "GET <path>?...": a request without a body, so the buffer holds it all.
+  if (c.buf.rfind("GET ", 0) != 0) return false;
+  const size_t end = c.buf.find_first_of(" ?\r\n", 4);
+  if (end == std::string::npos) return false;
+  const std::string_view path = std::string_view(c.buf).substr(4, end - 4);
+  if (std::find(opt_.inline_paths.begin(), opt_.inline_paths.end(), path) == opt_.inline_paths.end()) return false;
+  // A body the handler would read from the socket (chunked, or after a 100 Continue)
+  // could block the loop: such a request goes to a worker like any other.
+  std::string head = c.buf.substr(0, std::min(c.buf.size(), opt_.max_header_bytes));
+  for (char& ch : head) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return head.find("\ntransfer-encoding") == std::string::npos && head.find("\nexpect") == std::string::npos;
+}
+
 void ConnectionLoop::Handle(std::unique_ptr<Conn> c) {
   const RequestBytes state =
       c->buf.empty() ? RequestBytes::kNeedMore
@@ -332,6 +348,16 @@ void ConnectionLoop::Handle(std::unique_ptr<Conn> c) {
   if (state == RequestBytes::kNeedMore) {
     if (c->peer_closed) return Close(std::move(c));  // the request can never complete
     return Register(std::move(c));
+  }
+  if (Inline(*c)) {
+    // Answered here, so that /health answers even while every worker holds a stream. Its
+    // write must not block the loop: a client that does not read loses the connection.
+    Serve(*c, /*write_timeout_ms=*/0);
+    if (c->peer_closed) return Close(std::move(c));
+    c->last_active = c->request_start = Clock::now();
+    if (c->buf.empty()) return Register(std::move(c));
+    // A pipelined request follows: a worker takes it (one inline request per event bounds
+    // the loop's work for a client that pipelines thousands).
   }
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -406,9 +432,9 @@ void ConnectionLoop::Sweep(Clock::time_point now) {
   }
 }
 
-void ConnectionLoop::Serve(Conn& c) {
+void ConnectionLoop::Serve(Conn& c, int write_timeout_ms) {
   ConnStream s(c.fd, std::move(c.buf), c.request_start + std::chrono::milliseconds(opt_.read_timeout_ms),
-               opt_.write_timeout_ms, stopping_);
+               write_timeout_ms, stopping_);
   c.buf.clear();
   ++c.served;
   const bool close_after = c.peer_closed || stopping_ || c.served >= opt_.max_requests_per_connection;
@@ -439,7 +465,7 @@ void ConnectionLoop::WorkerMain() {
       c = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    if (!stopping_) Serve(*c);
+    if (!stopping_) Serve(*c, opt_.write_timeout_ms);
     if (stopping_ || c->peer_closed) {
       ::close(c->fd);
       --open_;

@@ -13,7 +13,8 @@
 // within `read_timeout_ms` of their first byte get a 408.
 //
 // A worker is held for the length of a request: an open SSE stream holds one, so
-// `workers` bounds the streams answered at once (more wait in the queue).
+// `workers` bounds the streams answered at once (more wait in the queue). GET /health is
+// answered by the loop thread itself, so it answers even then.
 #pragma once
 
 #include <sys/types.h>
@@ -51,6 +52,9 @@ struct ConnectionOptions {
   // goes to the handler at once (which answers 413 for it).
   size_t max_body_bytes = size_t{8} << 20;
   int max_requests_per_connection = 1000;  // then the reply says "Connection: close"
+  // GET requests for these paths are answered on the loop thread itself, never queued
+  // behind workers: their handlers must be cheap and never block (/health).
+  std::vector<std::string> inline_paths = {"/health"};
 };
 
 struct ConnectionStats {
@@ -104,8 +108,11 @@ class ConnectionLoop {
   void Close(std::unique_ptr<Conn> c);
   void Sweep(Clock::time_point now);
   void TakeReturned();
+  bool Inline(const Conn& c) const;  // a request for one of inline_paths
   void WorkerMain();
-  void Serve(Conn& c);
+  // Runs the request in c.buf; leaves the next request's bytes in c.buf, or sets
+  // c.peer_closed when the connection must close.
+  void Serve(Conn& c, int write_timeout_ms);
   // A short canned reply written without blocking (best effort), before a close.
   static void Reply(int fd, int status, std::string_view reason, std::string_view message);
 

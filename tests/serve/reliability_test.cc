@@ -251,6 +251,11 @@ class ReliabilityTest : public ::testing::Test {
     return ms;
   }
 
+  bool WaitPending(int64_t n) {
+    for (int i = 0; i < 10000 && loop_->pending() < n; ++i) std::this_thread::sleep_for(1ms);
+    return loop_->pending() >= n;
+  }
+
   static double Percentile(const std::vector<double>& sorted, double p) {
     const size_t i = std::min(sorted.size() - 1, static_cast<size_t>(p * static_cast<double>(sorted.size())));
     return sorted[i];
@@ -469,6 +474,34 @@ TEST_F(ReliabilityTest, RequestTimeoutCancelsWithA408) {
   auto m = c.Get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_EQ(fathom::testing::MetricValue(m->body, "fathom_requests_timed_out_total"), 2) << m->body;
+}
+
+// GET /health is answered by the connection loop itself: with every worker holding a
+// stream, it still answers at once (a request for any other path waits for a worker).
+TEST_F(ReliabilityTest, HealthAnswersWhileEveryWorkerHoldsAStream) {
+  ServerOptions o;
+  o.threads = 2;
+  StartServer(o);
+  const int64_t max_tokens = model_->rope().max_positions() - 2;
+  const std::string body = R"({"prompt": [1, 2], "stream": true, "ignore_eos": true, "max_tokens": )" +
+                           std::to_string(max_tokens) + "}";
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+                          "\r\n\r\n" + body;
+  const int a = Open();
+  SendAll(a, req);
+  ASSERT_NE(Receive(a, 30s, "data: {").find("data: {"), std::string::npos);
+  loop_->Pause();
+  const int b = Open();  // the second worker: its stream waits for admission
+  SendAll(b, req);
+  ASSERT_TRUE(WaitPending(2));
+  const std::vector<double> ms = ProbeHealth(20);
+  EXPECT_LT(Percentile(ms, 0.99), 100.0);
+  // /v1/models needs a worker: none is free until the loop resumes.
+  const int c = Open();
+  SendAll(c, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(Receive(c, 300ms, "\r\n\r\n"), "");
+  loop_->Resume();
+  EXPECT_NE(Receive(c, 60s, "\r\n\r\n").find("200 OK"), std::string::npos);
 }
 
 // Stop() cuts a stream that is still generating (and returns); Drain finishing whole
