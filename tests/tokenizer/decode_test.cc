@@ -106,7 +106,8 @@ TEST(Decode, MetaspaceDecoderAsTheTokenizersLibrary) {
 
 TEST(StreamDecoder, LeadingStripWaitsForTheFirstCharacter) {
   // Llama 2's decoder: the first token's '▁' becomes a space that Strip removes, also when
-  // that space arrives as the byte token <0x20>, and only once.
+  // that space arrives as the byte token <0x20>, and only once (the texts are what
+  // @lenml/tokenizers decodes for this file).
   const nlohmann::json decoder = {
       {"type", "Sequence"},
       {"decoders",
