@@ -28,7 +28,7 @@ void MakeTinyModel(const std::string& family, const std::string& dir, DType dtyp
 
 // Writes a random checkpoint with tests/reference/make_tiny.py: the upstream tensor names and
 // config fields (written independently of fathom's own writer), `extra_args` e.g. "--tied" or
-// "--shards 2". Families: llama, qwen2, qwen3, ouro, huginn.
+// "--shards 2". Families: llama, qwen2, qwen3, ouro, huginn, lckv.
 void MakeUpstreamTinyModel(const std::string& family, const std::string& dir, DType dtype,
                            const std::string& extra_args = "");
 

@@ -60,7 +60,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"llama", ""}, Case{"llama", " --tied"}, Case{"qwen2", ""},
                       Case{"qwen2", " --shards 2"}, Case{"qwen3", ""}, Case{"ouro", ""},
                       Case{"ouro", " --tied --shards 3"}, Case{"huginn", ""},
-                      Case{"huginn", " --tied --shards 2"}),
+                      Case{"huginn", " --tied --shards 2"}, Case{"lckv", ""}, Case{"lckv", " --tied --shards 2"}),
     Name);
 
 // Ouro: the logits a token gets when it exits after t steps, lm_head(h_t), are the

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 r"""Tiny random checkpoints with the exact upstream tensor names, plus the reference's self-test.
 
-    /usr/bin/python3 tests/reference/make_tiny.py --family {llama,qwen2,qwen3,ouro,huginn} \
+    /usr/bin/python3 tests/reference/make_tiny.py --family {llama,qwen2,qwen3,ouro,huginn,lckv} \
         --out DIR [--dtype f32|bf16|f16] [--seed N] [--tied] [--shards N]
     /usr/bin/python3 tests/reference/make_tiny.py --selftest [--work DIR]
     /usr/bin/python3 tests/reference/make_tiny.py --selftest-layouts [--work DIR]
@@ -100,15 +100,21 @@ def make_model(family, seed=0, tied=False):
 
     V = 256
     T = {}
-    if family in ("llama", "qwen2", "qwen3", "ouro"):
-        E, H, Hkv, I, L = 64, 4, 2, 96, 2
+    if family in ("llama", "qwen2", "qwen3", "ouro", "lckv"):
+        E, H, Hkv, I, L = 64, 4, 2, 96, 2 if family != "lckv" else 4
         D = 32 if family == "qwen3" else E // H  # qwen3: head_dim != hidden / heads
         cfg = {"model_type": family, "hidden_size": E, "intermediate_size": I, "num_hidden_layers": L,
                "num_attention_heads": H, "num_key_value_heads": Hkv, "head_dim": D, "rms_norm_eps": 1e-6,
                "rope_theta": 10000.0 if family != "ouro" else 1000000.0, "vocab_size": V,
                "tie_word_embeddings": bool(tied), "hidden_act": "silu", "max_position_embeddings": 4096}
         cfg["architectures"] = {"llama": ["LlamaForCausalLM"], "qwen2": ["Qwen2ForCausalLM"],
-                                "qwen3": ["Qwen3ForCausalLM"], "ouro": ["OuroForCausalLM"]}[family]
+                                "qwen3": ["Qwen3ForCausalLM"], "ouro": ["OuroForCausalLM"],
+                                "lckv": ["LCKVLlamaForCausalLM"]}[family]
+        if family == "lckv":  # configuration_lckv.py: layer 1 reads layer 2's KV, nobody reads layer 1's
+            cfg.update({"model_type": "lckv-llama", "layer_types": "0_2_2_3", "forward_passes": 7,
+                        "backward_passes": 2, "sliding_window": 4096, "use_sequential": False,
+                        "force_nodiag": True, "attention_bias": False})
+        kv_read = {int(t.rstrip("s")) for t in cfg["layer_types"].split("_")} if family == "lckv" else range(L)
         if family == "llama":
             cfg["attention_bias"] = False
         if family == "qwen3":
@@ -120,8 +126,9 @@ def make_model(family, seed=0, tied=False):
             p = f"model.layers.{i}."
             T[p + "input_layernorm.weight"] = norm(E)
             T[p + "self_attn.q_proj.weight"] = lin(H * D, E)
-            T[p + "self_attn.k_proj.weight"] = lin(Hkv * D, E)
-            T[p + "self_attn.v_proj.weight"] = lin(Hkv * D, E)
+            if i in kv_read:  # LCKV drops k_proj / v_proj of layers whose KV nobody reads
+                T[p + "self_attn.k_proj.weight"] = lin(Hkv * D, E)
+                T[p + "self_attn.v_proj.weight"] = lin(Hkv * D, E)
             T[p + "self_attn.o_proj.weight"] = lin(E, H * D)
             if family == "qwen2":
                 T[p + "self_attn.q_proj.bias"] = vec(H * D)
@@ -824,7 +831,7 @@ def selftest_layouts(work):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--family", choices=["llama", "qwen2", "qwen3", "ouro", "huginn"])
+    ap.add_argument("--family", choices=["llama", "qwen2", "qwen3", "ouro", "huginn", "lckv"])
     ap.add_argument("--out")
     ap.add_argument("--dtype", default="f32", choices=list(_DT))
     ap.add_argument("--seed", type=int, default=0)
