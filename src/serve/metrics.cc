@@ -99,6 +99,11 @@ std::string RenderPrometheus(const MetricsSnapshot& m) {
   w.Family("kv_blocks", "gauge", "KV cache blocks by state.");
   w.Sample("kv_blocks", "state=\"used\"", m.kv_blocks_used);
   w.Sample("kv_blocks", "state=\"free\"", m.kv_blocks_free);
+  w.Family("kv_block_bytes", "gauge", "Bytes of one KV block (K and V of block_size positions of one KV layer).");
+  w.Sample("kv_block_bytes", "", m.kv_block_bytes);
+  w.Family("kv_bytes_per_token", "gauge",
+           "KV bytes one decode token holds: its KV layers (LCKV: only layers whose KV is read) x 2 x kv_dim x 4.");
+  w.Sample("kv_bytes_per_token", "", m.kv_bytes_per_token);
 
   w.Family("prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
   w.Sample("prompt_tokens_total", "", m.prompt_tokens);

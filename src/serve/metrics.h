@@ -34,6 +34,9 @@ struct MetricsSnapshot {
   int64_t steps = 0, preemptions = 0;
   double mean_exit_depth = 0;  // depth_sum / decode_tokens
   int64_t kv_blocks_used = 0, kv_blocks_free = 0;
+  // One block's bytes, and the KV bytes one decode token holds: its physical KV layers
+  // (only producing layers under LCKV) x 2 x kv_dim x 4.
+  int64_t kv_block_bytes = 0, kv_bytes_per_token = 0;
   int64_t prompt_tokens = 0, output_tokens = 0;
   // Output tokens per second over the last `window_seconds` (or since start if shorter).
   double output_tokens_per_second = 0;

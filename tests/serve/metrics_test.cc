@@ -24,6 +24,8 @@ TEST(Metrics, RendersPrometheusText) {
   m.mean_exit_depth = 2.25;
   m.kv_blocks_used = 10;
   m.kv_blocks_free = 90;
+  m.kv_block_bytes = 32768;
+  m.kv_bytes_per_token = 6144;
   m.prompt_tokens = 100;
   m.output_tokens = 200;
   m.output_tokens_per_second = 12.5;
@@ -47,6 +49,8 @@ TEST(Metrics, RendersPrometheusText) {
   EXPECT_EQ(MetricValue(t, "fathom_mean_exit_depth"), 2.25);
   EXPECT_EQ(MetricValue(t, "fathom_kv_blocks", "state=\"used\""), 10);
   EXPECT_EQ(MetricValue(t, "fathom_kv_blocks", "state=\"free\""), 90);
+  EXPECT_EQ(MetricValue(t, "fathom_kv_block_bytes", ""), 32768);
+  EXPECT_EQ(MetricValue(t, "fathom_kv_bytes_per_token", ""), 6144);
   EXPECT_EQ(MetricValue(t, "fathom_prompt_tokens_total"), 100);
   EXPECT_EQ(MetricValue(t, "fathom_output_tokens_total"), 200);
   EXPECT_EQ(MetricValue(t, "fathom_output_tokens_per_second"), 12.5);
