@@ -67,16 +67,11 @@ Status Decoder::Add(const JsonNode& node) {
     strip_count_ = static_cast<size_t>(start);
     return Status::Ok();
   }
-  // A run of byte tokens is one string after ByteFallback; a later step would see its
-  // characters, which per-token bytes cannot give.
-  if (byte_fallback_ && type != "ByteFallback")
-    return node.Error("type \"" + type + "\" after ByteFallback is not supported");
   Step step;
   if (type == "ByteLevel") {
     step.kind = Kind::kByteLevel;
   } else if (type == "ByteFallback") {
     step.kind = Kind::kByteFallback;
-    byte_fallback_ = true;
   } else if (type == "Replace") {
     step.kind = Kind::kReplace;
     const JsonNode pattern = node.Get("pattern");

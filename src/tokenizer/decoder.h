@@ -16,10 +16,12 @@
 // `tokenizers` library's ByteFallback instead writes one U+FFFD per byte of a run that is
 // not valid as a whole; the two agree on every run that is valid UTF-8.
 // Not supported (errors at load): a null decoder (which joins tokens with spaces), decoders
-// that change text across token boundaries (WordPiece, CTC, ...), a Regex Replace, a step
-// other than Fuse / Strip after ByteFallback (it would see a byte run's characters), anything
+// that change text across token boundaries (WordPiece, CTC, ...), a Regex Replace, anything
 // but Strip after Fuse, Strip before Fuse, and Strip with stop > 0 (a streamed decode cannot
-// know which characters end the text).
+// know which characters end the text). A Replace or Metaspace after ByteFallback applies to
+// each token, not to the text a run of byte tokens spells: the two differ only for a run that
+// spells the replaced character itself, which no encoding produces while that character is
+// in the vocabulary.
 // No clean_up_tokenization_spaces: fathom never rewrites " ." / " n't" after decoding
 // (transformers does when a config asks for it; it would break streaming).
 #pragma once
@@ -59,7 +61,6 @@ class Decoder {
 
   std::vector<Step> steps_;
   bool fused_ = false;
-  bool byte_fallback_ = false;
   bool first_token_differs_ = false;
   std::string strip_content_;
   size_t strip_count_ = 0;

@@ -376,10 +376,12 @@ TEST(Errors, UnsupportedPartsNameTheField) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), "tokenizer.json: decoder.decoders[3] type \"ByteLevel\" after Fuse is not supported");
   j["decoder"] = {{"type", "Sequence"},
-                  {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Replace"}, {"pattern", {{"String", "_"}}}, {"content", " "}}}}};
+                  {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Replace"}, {"pattern", {{"Regex", "_+"}}}, {"content", " "}}}}};
   r = Tokenizer::FromJson(j.dump(), "", "tokenizer.json");
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message(), "tokenizer.json: decoder.decoders[1] type \"Replace\" after ByteFallback is not supported");
+  EXPECT_EQ(r.status().message(),
+            "tokenizer.json: decoder.decoders[1].pattern should be {\"String\": ...} (a Regex pattern is not supported in "
+            "decoders)");
   j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
   r = Tokenizer::FromJson(j.dump(), "", "tokenizer.json");
   ASSERT_FALSE(r.ok());
