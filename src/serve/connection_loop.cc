@@ -168,7 +168,16 @@ class ConnStream final : public httplib::Stream {
   bool wrote_ = false;
 };
 
+// The connection the calling worker (or the loop, for an inline request) is serving.
+thread_local int t_watched_fd = -1;
+
 }  // namespace
+
+bool CurrentClientGone() {
+  if (t_watched_fd < 0) return false;
+  pollfd p{t_watched_fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
 
 struct ConnectionLoop::Conn {
   int fd = -1;
@@ -177,9 +186,26 @@ struct ConnectionLoop::Conn {
   int served = 0;                  // requests answered on this connection
   Clock::time_point last_active;   // idle since (no bytes pending)
   Clock::time_point request_start; // first byte of the request in buf
+  // Where the search for the end of the headers resumes, and once they ended, the bytes
+  // the request needs in all: a client sending a byte at a time costs O(bytes), not
+  // O(bytes^2) rescans.
+  size_t scanned = 0, need = 0;
 };
 
-RequestBytes ClassifyRequestBytes(std::string_view buf, size_t max_header_bytes, size_t max_body_bytes) {
+RequestBytes ConnectionLoop::Classify(Conn& c) const {
+  if (c.need > 0) return c.buf.size() >= c.need ? RequestBytes::kReady : RequestBytes::kNeedMore;
+  const size_t from = c.scanned > 2 ? c.scanned - 2 : 0;
+  if (c.buf.find("\n\n", from) == std::string::npos && c.buf.find("\n\r\n", from) == std::string::npos) {
+    c.scanned = c.buf.size();
+    return c.buf.size() > opt_.max_header_bytes ? RequestBytes::kHeadersTooLarge : RequestBytes::kNeedMore;
+  }
+  const RequestBytes r = ClassifyRequestBytes(c.buf, opt_.max_header_bytes, opt_.max_body_bytes, &c.need);
+  if (r != RequestBytes::kNeedMore) c.need = 0;
+  return r;
+}
+
+RequestBytes ClassifyRequestBytes(std::string_view buf, size_t max_header_bytes, size_t max_body_bytes,
+                                  size_t* need) {
   // The blank line that ends the headers: "\r\n\r\n", or bare "\n\n" as cpp-httplib allows.
   size_t end = std::string_view::npos, body = 0;
   for (size_t i = buf.find('\n'); i != std::string_view::npos; i = buf.find('\n', i + 1)) {
@@ -218,6 +244,7 @@ RequestBytes ClassifyRequestBytes(std::string_view buf, size_t max_header_bytes,
       if (content_length > max_body_bytes) return RequestBytes::kReady;  // the handler answers 413
     }
   }
+  if (need) *need = body + content_length;
   return buf.size() - body >= content_length ? RequestBytes::kReady : RequestBytes::kNeedMore;
 }
 
@@ -336,9 +363,7 @@ bool ConnectionLoop::Inline(const Conn& c) const {
 }
 
 void ConnectionLoop::Handle(std::unique_ptr<Conn> c) {
-  const RequestBytes state =
-      c->buf.empty() ? RequestBytes::kNeedMore
-                     : ClassifyRequestBytes(c->buf, opt_.max_header_bytes, opt_.max_body_bytes);
+  const RequestBytes state = c->buf.empty() ? RequestBytes::kNeedMore : Classify(*c);
   if (state == RequestBytes::kHeadersTooLarge) {
     ++headers_too_large_;
     Reply(c->fd, 431, "Request Header Fields Too Large",
@@ -382,9 +407,7 @@ void ConnectionLoop::OnReadable(int fd) {
     if (c.buf.empty()) c.request_start = Clock::now();
     c.buf.append(tmp, static_cast<size_t>(r));
   }
-  if (!c.peer_closed &&
-      ClassifyRequestBytes(c.buf, opt_.max_header_bytes, opt_.max_body_bytes) == RequestBytes::kNeedMore)
-    return;  // stays registered
+  if (!c.peer_closed && Classify(c) == RequestBytes::kNeedMore) return;  // stays registered
   Handle(Unregister(fd));
 }
 
@@ -436,10 +459,13 @@ void ConnectionLoop::Serve(Conn& c, int write_timeout_ms) {
   ConnStream s(c.fd, std::move(c.buf), c.request_start + std::chrono::milliseconds(opt_.read_timeout_ms),
                write_timeout_ms, stopping_);
   c.buf.clear();
+  c.scanned = c.need = 0;
   ++c.served;
   const bool close_after = c.peer_closed || stopping_ || c.served >= opt_.max_requests_per_connection;
   bool closed = false;
+  t_watched_fd = c.fd;
   const bool ok = run_(s, close_after, &closed);
+  t_watched_fd = -1;
   if (s.timed_out()) {
     ++read_timeouts_;
     if (!s.wrote())

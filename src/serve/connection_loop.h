@@ -74,8 +74,19 @@ using RequestRunner = std::function<bool(httplib::Stream& stream, bool close_con
 // Where a request's bytes stand (exposed for tests): more are needed, it is complete (or
 // its body is left to the handler: chunked, Expect: 100-continue, beyond max_body_bytes,
 // or a Content-Length the handler will refuse), or its headers exceed max_header_bytes.
+// With kNeedMore once the headers are complete, *need (if given) is the request's total
+// size (headers and body).
 enum class RequestBytes { kNeedMore, kReady, kHeadersTooLarge };
-RequestBytes ClassifyRequestBytes(std::string_view buf, size_t max_header_bytes, size_t max_body_bytes);
+RequestBytes ClassifyRequestBytes(std::string_view buf, size_t max_header_bytes, size_t max_body_bytes,
+                                  size_t* need = nullptr);
+
+// Whether the client of the request that the calling thread runs has gone (closed or reset
+// its connection): cpp-httplib gives a handler no such signal, and a non-streamed generation
+// writes nothing until its end. False on a thread that runs no request. TCP cannot tell a
+// client that closed from one that only shut down its sending side until the server
+// writes, so a half-close counts as gone, as nginx counts it (499): such a client gets
+// the answers that need no check (/health, /v1/models) but no generation.
+bool CurrentClientGone();
 
 class ConnectionLoop {
  public:
@@ -103,6 +114,7 @@ class ConnectionLoop {
   // For a connection not in conns_: hands it to a worker if its request is complete,
   // answers 431 if its headers are too large, or registers it to read more.
   void Handle(std::unique_ptr<Conn> c);
+  RequestBytes Classify(Conn& c) const;         // ClassifyRequestBytes, resumed
   void Register(std::unique_ptr<Conn> c);       // into epoll and conns_
   std::unique_ptr<Conn> Unregister(int fd);     // out of both
   void Close(std::unique_ptr<Conn> c);

@@ -339,8 +339,16 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req, 
         ++timed_out_;
         return SendError(res, TimeoutError(opt_.request_timeout_ms));
       }
+      if (CurrentClientGone()) {
+        // Nobody will read the response: free the request's KV and slot now. (Streams
+        // find this out from a failed write.)
+        loop_.Cancel(sub.stream, /*stop_string=*/false);
+        res.status = 499;  // nginx's "client closed request"; it reaches no one
+        return;
+      }
       events.clear();
-      if (!sub.stream->Wait(&events, std::chrono::milliseconds(1000))) {
+      // Short waits: each one ends with the checks above.
+      if (!sub.stream->Wait(&events, std::chrono::milliseconds(100))) {
         if (sub.stream->over()) break;
         continue;
       }

@@ -201,13 +201,13 @@ class ReliabilityTest : public ::testing::Test {
     loop_.reset();
   }
 
-  void StartServer(ServerOptions sopt = {}) {
+  void StartServer(ServerOptions sopt = {}, EngineLoopOptions lopt = {}) {
     EngineOptions o;
     o.width = 8;
     o.kv_bytes = size_t{4} << 20;
     auto e = Engine::Create(*model_, o);
     ASSERT_TRUE(e.ok()) << e.status().message();
-    loop_ = std::make_unique<EngineLoop>(std::move(*e), EngineLoopOptions{});
+    loop_ = std::make_unique<EngineLoop>(std::move(*e), lopt);
     sopt.port = 0;
     sopt.model_name = "tiny-ouro";
     sopt.heartbeat_ms = 20;
@@ -400,17 +400,33 @@ TEST_F(ReliabilityTest, HugeHeadersGet431) {
 
 TEST_F(ReliabilityTest, PipelinedAndHalfClosedRequestsAreAnswered) {
   StartServer();
-  const int fd = Open();
   const std::string health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
   const std::string body = R"({"prompt": [1, 2], "max_tokens": 1})";
-  SendAll(fd, health + "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
-                  "\r\n\r\n" + body + health);
-  ::shutdown(fd, SHUT_WR);
-  const std::string r = Receive(fd, 30s);
-  size_t n = 0;
-  for (size_t p = r.find("HTTP/1.1 200"); p != std::string::npos; p = r.find("HTTP/1.1 200", p + 1)) ++n;
-  EXPECT_EQ(n, 3u) << r;
+  const std::string post = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\n\r\n" + body;
+  auto count_200 = [](const std::string& r) {
+    size_t n = 0;
+    for (size_t p = r.find("HTTP/1.1 200"); p != std::string::npos; p = r.find("HTTP/1.1 200", p + 1)) ++n;
+    return n;
+  };
+  // Three requests in one write: the first answered on the loop, the rest by workers.
+  int fd = Open();
+  SendAll(fd, health + post + health);
+  std::string r = Receive(fd, 30s, "ok\"}");
+  while (count_200(r) < 3 && !r.empty()) {
+    const std::string more = Receive(fd, 30s, "ok\"}");
+    if (more.empty()) break;
+    r += more;
+  }
+  EXPECT_EQ(count_200(r), 3u) << r;
   EXPECT_NE(r.find("text_completion"), std::string::npos) << r;
+  // A client that half-closes after sending still gets the answers that need no check.
+  fd = Open();
+  SendAll(fd, health + "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n");
+  ::shutdown(fd, SHUT_WR);
+  r = Receive(fd, 30s);
+  EXPECT_EQ(count_200(r), 2u) << r;
+  EXPECT_NE(r.find("tiny-ouro"), std::string::npos) << r;
 }
 
 TEST_F(ReliabilityTest, PromptAndMaxTokensLimitsName) {
@@ -502,6 +518,33 @@ TEST_F(ReliabilityTest, HealthAnswersWhileEveryWorkerHoldsAStream) {
   EXPECT_EQ(Receive(c, 300ms, "\r\n\r\n"), "");
   loop_->Resume();
   EXPECT_NE(Receive(c, 60s, "\r\n\r\n").find("200 OK"), std::string::npos);
+}
+
+// A non-streamed request whose client closes its connection is cancelled (its KV freed),
+// not run to its end.
+TEST_F(ReliabilityTest, NonStreamedRequestWhoseClientLeavesIsCancelled) {
+  EngineLoopOptions lo;
+  lo.pause_at_output_tokens = 3;  // the request is certainly running when the client leaves
+  StartServer({}, lo);
+  const int64_t max_tokens = model_->rope().max_positions() - 2;
+  const std::string body =
+      R"({"prompt": [1, 2], "ignore_eos": true, "max_tokens": )" + std::to_string(max_tokens) + "}";
+  const int fd = Open();
+  SendAll(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+                  "\r\n\r\n" + body);
+  ASSERT_TRUE(WaitPending(1));
+  for (int i = 0; i < 10000 && loop_->Metrics().output_tokens < 3; ++i) std::this_thread::sleep_for(1ms);
+  ::close(fd);
+  fds_.clear();
+  bool cancelled = false;
+  for (int i = 0; i < 10000 && !cancelled; ++i) {
+    const MetricsSnapshot m = loop_->Metrics();
+    cancelled = m.cancelled == 1 && m.running == 0 && m.kv_blocks_used == 0;
+    if (!cancelled) std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_TRUE(cancelled);
+  EXPECT_EQ(loop_->Metrics().finished_length, 0);
+  loop_->Resume();
 }
 
 // Stop() cuts a stream that is still generating (and returns); Drain finishing whole
