@@ -181,6 +181,15 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokenize
   }
   if (cfg.add_eos_token.value_or(false))
     return Status::Error(cfg_origin + ": add_eos_token true is not supported");
+  // transformers' LlamaTokenizerFast (4.38 on) ignores tokenizer.json when add_prefix_space is set
+  // and converts tokenizer.model (SentencePiece) instead, so tokenizer.json's ids would not
+  // be the model's.
+  if (cfg.add_prefix_space && cfg.tokenizer_class.rfind("LlamaTokenizer", 0) == 0) {
+    return Status::Error(cfg_origin + ": add_prefix_space is set for " + cfg.tokenizer_class +
+                         ", which makes transformers rebuild the tokenizer from tokenizer.model; fathom "
+                         "reads tokenizer.json only (remove the field if tokenizer.json already has the "
+                         "wanted prefix space)");
+  }
 
   if (m.eos) m.stop_ids.push_back(*m.eos);
   for (const char* name : kEndOfTurnTokens) {

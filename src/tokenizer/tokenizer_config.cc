@@ -42,6 +42,8 @@ Result<TokenizerConfig> ParseTokenizerConfig(std::string_view json, const std::s
   FATHOM_ASSIGN_OR_RETURN(c.eos_token, TokenField(top.Get("eos_token")));
   FATHOM_ASSIGN_OR_RETURN(c.add_bos_token, OptionalBool(top.Get("add_bos_token")));
   FATHOM_ASSIGN_OR_RETURN(c.add_eos_token, OptionalBool(top.Get("add_eos_token")));
+  FATHOM_ASSIGN_OR_RETURN(c.add_prefix_space, OptionalBool(top.Get("add_prefix_space")));
+  FATHOM_ASSIGN_OR_RETURN(c.tokenizer_class, top.Get("tokenizer_class").StringOr(""));
   const JsonNode tmpl = top.Get("chat_template");
   if (tmpl.present()) {
     if (tmpl.json().is_string()) {

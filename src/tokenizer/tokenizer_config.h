@@ -15,6 +15,8 @@ struct TokenizerConfig {
   std::optional<std::string> bos_token, eos_token;
   std::string chat_template;  // empty when absent
   std::optional<bool> add_bos_token, add_eos_token;
+  std::optional<bool> add_prefix_space;  // null and absent: not set
+  std::string tokenizer_class;           // empty when absent
 };
 
 // An empty `json` gives the empty config. `origin` names the file in errors.

@@ -400,6 +400,16 @@ TEST(Errors, UnsupportedPartsNameTheField) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("tokenizer.json: malformed JSON"), std::string::npos);
 
+  r = Tokenizer::FromJson(ByteLevelTokenizerJson({}).dump(),
+                          R"({"tokenizer_class": "LlamaTokenizer", "add_prefix_space": false})", "d/tokenizer.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("d/tokenizer_config.json: add_prefix_space is set for LlamaTokenizer"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(Tokenizer::FromJson(ByteLevelTokenizerJson({}).dump(),
+                                  R"({"tokenizer_class": "LlamaTokenizer", "add_prefix_space": null})", "t.json")
+                  .ok());
+
   auto cfg = Tokenizer::FromJson(ByteLevelTokenizerJson({}).dump(), R"({"bos_token": "<nope>"})", "d/tokenizer.json");
   ASSERT_FALSE(cfg.ok());
   EXPECT_EQ(cfg.status().message(), "d/tokenizer_config.json: bos_token \"<nope>\" is not in the vocabulary");
