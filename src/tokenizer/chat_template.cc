@@ -162,8 +162,9 @@ ChatTemplate ChatTemplate::Detect(std::string_view jinja_source, std::string bos
                       Contains(src, "'<s>[INST]");
     t.llama2_system_branch_ = Contains(src, "elif message['role'] == 'system'");
     t.default_system_ = FindSetLiteral(src, "system_message");
-    // Templates that spell the special tokens out instead of using the variables.
-    if (!Contains(src, "bos_token") && Contains(src, "<s>")) bos_token = "<s>";
+    // Templates that spell the special tokens out instead of using the variables; one with
+    // neither emits no bos.
+    t.bos_ = Contains(src, "bos_token") ? bos_token : Contains(src, "<s>") ? "<s>" : "";
     if (!Contains(src, "eos_token") && Contains(src, "</s>")) eos_token = "</s>";
   } else if (Contains(src, "<|user|>") && Contains(src, "<|assistant|>") && Contains(src, "eos_token") &&
              !Contains(src, "<|end|>")) {
@@ -185,7 +186,7 @@ ChatTemplate ChatTemplate::Detect(std::string_view jinja_source, std::string bos
     t.source_head_ = std::string(src.substr(0, 60));
   }
   // Only templates that emit bos_token get it in their prompt.
-  if (Contains(src, "bos_token") || t.format_ == Format::kLlama2) t.bos_ = std::move(bos_token);
+  if (t.format_ != Format::kLlama2 && Contains(src, "bos_token")) t.bos_ = std::move(bos_token);
   t.eos_ = std::move(eos_token);
   return t;
 }

@@ -1,7 +1,9 @@
 // Chat templates: each recognised format renders what its Jinja template renders, checked
 // against expected strings written by hand from the templates (the real Qwen 3 and Llama 3
 // templates from tests/node's packages, Qwen 2.5's default system prompt, Llama 3.1's dated
-// system header, Huginn's template from the recurrent-pretraining repository).
+// system header, Huginn's template from the recurrent-pretraining repository, Llama 2's bos
+// spellings). The Llama 2 and Zephyr formats are checked against Jinja itself in
+// chat_jinja_test.cc.
 #include <gtest/gtest.h>
 
 #include "tokenizer/chat_template.h"
@@ -113,6 +115,31 @@ TEST(ChatTemplate, Huginn) {
             "<|begin_header|>user<|end_header|>\n\nhi<|end_turn|><|begin_header|>Huginn<|end_header|>\n\n");
   EXPECT_EQ(Render(t, {{"user", "hi"}}, false),
             "<|begin_text|><|begin_header|>user<|end_header|>\n\nhi<|end_turn|><|end_text|>");
+}
+
+TEST(ChatTemplate, Llama2BosAsTheTemplateSpellsIt) {
+  // Meta's template writes bos_token before each [INST]; others spell '<s>' out, or emit
+  // none. The expected texts are what @lenml/tokenizers' Jinja renders for these templates
+  // (bos_token "<BOS>", eos_token "<EOS>").
+  const std::string head =
+      "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+      "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}"
+      "{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+      "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+      "{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
+      "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}";
+  const Msgs m = {{"system", "S"}, {"user", "a"}, {"assistant", "b"}, {"user", "c"}};
+  const ChatTemplate literal = ChatTemplate::Detect(
+      head + "{% if message['role'] == 'user' %}{{ '<s>[INST] ' + content.strip() + ' [/INST]' }}{% elif "
+             "message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' </s>' }}{% endif %}{% endfor %}",
+      "<BOS>", "<EOS>");
+  EXPECT_EQ(literal.FormatName(), "llama2");
+  EXPECT_EQ(Render(literal, m, true), "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\na [/INST] b </s><s>[INST] c [/INST]");
+  const ChatTemplate none = ChatTemplate::Detect(
+      head + "{% if message['role'] == 'user' %}{{ '[INST] ' + content.strip() + ' [/INST]' }}{% elif "
+             "message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}",
+      "<BOS>", "<EOS>");
+  EXPECT_EQ(Render(none, m, true), "[INST] <<SYS>>\nS\n<</SYS>>\n\na [/INST] b <EOS>[INST] c [/INST]");
 }
 
 TEST(ChatTemplate, UnknownAndBadInputsAreErrors) {
