@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <thread>
 
 #include "model/test_util.h"
@@ -545,6 +546,60 @@ TEST_F(ReliabilityTest, NonStreamedRequestWhoseClientLeavesIsCancelled) {
   EXPECT_TRUE(cancelled);
   EXPECT_EQ(loop_->Metrics().finished_length, 0);
   loop_->Resume();
+}
+
+// Mutated request lines and headers (methods, paths, versions, Content-Length, line ends),
+// all sent at once on their own connections: each gets a status line or a close within
+// the read timeout, none hangs, and the server serves normally afterwards.
+TEST_F(ReliabilityTest, MutatedHeadersAndMethodsNeverHang) {
+  ServerOptions o;
+  o.read_timeout_ms = 300;
+  o.threads = 8;
+  StartServer(o);
+  const std::string body = R"({"prompt": [1, 2], "max_tokens": 1})";
+  const std::string base = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+  const char kBytes[] = " \r\n:/0123456789GETPOSTHTP.%\x00\xff\t-";
+  std::mt19937 rng(16);
+  constexpr int kN = 200;
+  std::vector<int> fds;
+  for (int i = 0; i < kN; ++i) {
+    std::string req = base;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits && !req.empty(); ++e) {
+      const size_t at = rng() % req.size();
+      const char c = kBytes[rng() % (sizeof(kBytes) - 1)];
+      switch (rng() % 3) {
+        case 0: req[at] = c; break;
+        case 1: req.insert(req.begin() + static_cast<std::ptrdiff_t>(at), c); break;
+        default: req.erase(at, 1); break;
+      }
+    }
+    const int fd = Open();
+    ASSERT_GE(fd, 0);
+    SendAll(fd, req + body);
+    fds.push_back(fd);
+  }
+  int answered = 0, closed = 0;
+  for (int fd : fds) {
+    const std::string r = Receive(fd, 10s, "\r\n\r\n");
+    if (r.rfind("HTTP/1.1 ", 0) == 0) ++answered;
+    else if (r.empty()) ++closed;
+    else ADD_FAILURE() << "not an HTTP response: " << r.substr(0, 80);
+  }
+  EXPECT_EQ(answered + closed, kN);
+  EXPECT_GT(answered, kN / 2);  // most mutations leave a request the server can answer
+  for (int fd : fds_) ::close(fd);
+  fds_.clear();
+  const std::vector<double> ms = ProbeHealth(5);
+  EXPECT_LT(ms.back(), 1000.0);
+  httplib::Client c = Client();
+  auto r = c.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  // Every connection is accounted for: only the probes' client may remain.
+  for (int i = 0; i < 2000 && server_->connection_stats().open > 1; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_LE(server_->connection_stats().open, 1);
 }
 
 // Stop() cuts a stream that is still generating (and returns); Drain finishing whole
