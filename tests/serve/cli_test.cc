@@ -43,12 +43,13 @@ TEST(ServeCli, ApiKeyFileAndADeepBodyThatOnceCrashedIt) {
   MakeServeModel(dir / "tiny-model");
   { std::ofstream(dir / "key") << "k-123\n"; }
   ServeProcess server;
-  const int port = server.Start({"--model", dir / "tiny-model", "--threads", "1", "--api-key-file", dir / "key"});
+  const int port = server.Start({"--model", dir / "tiny-model", "--threads", "1", "--api-key-file", dir / "key",
+                                  "--max-prompt-tokens", "3", "--max-connections", "16"});
   ASSERT_GT(port, 0) << server.output();
   {
     httplib::Client cli("127.0.0.1", port);
     cli.set_read_timeout(60, 0);
-    const std::string body = R"({"prompt": "hello", "max_tokens": 2})";
+    const std::string body = R"({"prompt": [1, 2], "max_tokens": 2})";
     auto r = cli.Post("/v1/completions", body, "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 401);
@@ -60,6 +61,11 @@ TEST(ServeCli, ApiKeyFileAndADeepBodyThatOnceCrashedIt) {
     r = cli.Post("/v1/completions", body, "application/json");
     ASSERT_TRUE(r) << server.output();
     EXPECT_EQ(r->status, 200) << r->body;
+    // The limit flags reach the server.
+    r = cli.Post("/v1/completions", R"({"prompt": [1, 2, 3, 4], "max_tokens": 2})", "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400);
+    EXPECT_NE(r->body.find("at most 3 (--max-prompt-tokens)"), std::string::npos) << r->body;
   }
   EXPECT_EQ(server.Terminate(), 0) << server.output();
 }

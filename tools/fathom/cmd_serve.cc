@@ -25,10 +25,12 @@ namespace {
 struct ServeArgs {
   std::string model_dir, host = "127.0.0.1", api_key, api_key_file, served_name;
   int64_t port = 8000, max_pending = 256, threads = 0, http_threads = 64, heartbeat_ms = 1000, max_body_mb = 8;
-  // Connection and request limits (defaults from serve::ServerOptions, documented in
-  // docs/RELIABILITY.md).
-  int64_t max_connections = 512, idle_timeout_s = 5, read_timeout_s = 10, request_timeout_s = 600,
-          max_prompt_tokens = 0, max_output_tokens = 0;
+  // Connection and request limits, their defaults read from serve::ServerOptions
+  // (docs/RELIABILITY.md).
+  static inline const serve::ServerOptions kDefaults{};
+  int64_t max_connections = kDefaults.max_connections, idle_timeout_s = kDefaults.idle_timeout_ms / 1000,
+          read_timeout_s = kDefaults.read_timeout_ms / 1000, request_timeout_s = kDefaults.request_timeout_ms / 1000,
+          max_prompt_tokens = kDefaults.max_prompt_tokens, max_output_tokens = kDefaults.max_output_tokens;
   EngineFlags engine{kServeEngineFlags};
 
   void Declare(FlagSet& f) {
@@ -44,16 +46,19 @@ struct ServeArgs {
     f.Int("--http-threads", &http_threads, "HTTP worker threads; each open stream holds one (default 64)", 1, 4096);
     f.Int("--max-body-mb", &max_body_mb, "largest request body in MiB (default 8; larger: 413)", 1, 1024);
     f.Int("--heartbeat-ms", &heartbeat_ms, "SSE keep-alive comment interval (default 1000)", 1, 600000);
-    f.Int("--max-connections", &max_connections, "open connections; more are answered 503 (default 512)", 1, 1 << 20);
-    f.Int("--idle-timeout-s", &idle_timeout_s, "close keep-alive connections idle this long (default 5)", 1, 3600);
-    f.Int("--read-timeout-s", &read_timeout_s, "a request must arrive within this of its first byte, else 408 (default 10)",
-          1, 3600);
+    const auto dflt = [](int64_t v) { return " (default " + std::to_string(v) + ")"; };
+    f.Int("--max-connections", &max_connections, "open connections; more are answered 503" + dflt(max_connections), 1,
+          1 << 20);
+    f.Int("--idle-timeout-s", &idle_timeout_s, "close keep-alive connections idle this long" + dflt(idle_timeout_s), 1,
+          3600);
+    f.Int("--read-timeout-s", &read_timeout_s,
+          "a request must arrive within this of its first byte, else 408" + dflt(read_timeout_s), 1, 3600);
     f.Int("--request-timeout-s", &request_timeout_s,
-          "cancel a generation running longer, answering 408 (default 600; 0: no limit)", 0, 1 << 24);
-    f.Int("--max-prompt-tokens", &max_prompt_tokens, "longest prompt accepted, else 400 (default 0: the context)", 0,
-          1 << 30);
-    f.Int("--max-output-tokens", &max_output_tokens, "largest max_tokens accepted, else 400 (default 0: the context)",
-          0, 1 << 30);
+          "cancel a generation running longer, answering 408; 0: no limit" + dflt(request_timeout_s), 0, 1 << 24);
+    f.Int("--max-prompt-tokens", &max_prompt_tokens, "longest prompt accepted, else 400; 0: the model's context" +
+          dflt(max_prompt_tokens), 0, 1 << 30);
+    f.Int("--max-output-tokens", &max_output_tokens, "largest max_tokens accepted, else 400; 0: the model's context" +
+          dflt(max_output_tokens), 0, 1 << 30);
     f.Require("--model");
   }
 };
