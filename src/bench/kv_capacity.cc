@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 
 #include "exec/kv_setup.h"
 #include "exec/stage_runner.h"
@@ -15,12 +16,22 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+double CpuNow() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+struct Times {
+  double wall = 0, cpu = 0;
+};
+
 int32_t TokenAt(int64_t seq, int64_t pos, int64_t vocab) {
   return static_cast<int32_t>((seq * 7919 + pos * 104729 + 13) % vocab);
 }
 
 // The median decode step (prelude over every layer, head) of `batch` sequences at `context`.
-Result<double> DecodeStep(const Model& model, int32_t batch, int64_t context, int reps, int32_t block) {
+Result<Times> DecodeStep(const Model& model, int32_t batch, int64_t context, int reps, int32_t block) {
   const ModelSpec& spec = model.spec();
   FATHOM_ASSIGN_OR_RETURN(KvLayerTable table, KvLayerTable::Build(KvShapeOf(spec, 1), KvLayout::kLastExited, 1));
   const int64_t per_seq = table.num_physical_layers() * ((context + 1 + block - 1) / block);
@@ -43,19 +54,20 @@ Result<double> DecodeStep(const Model& model, int32_t batch, int64_t context, in
     it.token = TokenAt(b, context, spec.vocab);
   }
   CodaResult out;
-  std::vector<double> times;
+  std::vector<double> wall, cpu;
   for (int i = 0; i <= reps; ++i) {  // the first is a warm-up
-    const double t = Now();
+    const double t = Now(), c = CpuNow();
     FATHOM_RETURN_IF_ERROR(runner.Prelude(items));
     FATHOM_RETURN_IF_ERROR(runner.Coda(items, &out));
-    if (i > 0) times.push_back(Now() - t);
+    if (i > 0) wall.push_back(Now() - t), cpu.push_back(CpuNow() - c);
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  std::sort(wall.begin(), wall.end());
+  std::sort(cpu.begin(), cpu.end());
+  return Times{wall[wall.size() / 2], cpu[cpu.size() / 2]};
 }
 
 // One prompt of prefill_tokens in the engine's chunks, logits for its last token only.
-Result<double> PrefillTime(const Model& model, const KvCapacityOptions& opt) {
+Result<Times> PrefillTime(const Model& model, const KvCapacityOptions& opt) {
   const ModelSpec& spec = model.spec();
   const int64_t n = opt.prefill_tokens;
   std::vector<int32_t> ids(static_cast<size_t>(n));
@@ -68,7 +80,7 @@ Result<double> PrefillTime(const Model& model, const KvCapacityOptions& opt) {
   if (!kv->Grow(seq, n)) return Status::Error("internal: KV pool too small for the prompt");
   runner.AddSequence(seq, 1);
   PrefillResult out;
-  const double t = Now();
+  const double t = Now(), cpu = CpuNow();
   for (int64_t p = 0; p < n; p += opt.prefill_chunk) {
     PrefillChunk c;
     c.seq = seq;
@@ -78,7 +90,7 @@ Result<double> PrefillTime(const Model& model, const KvCapacityOptions& opt) {
     c.logits = p + c.n == n ? PrefillChunk::Logits::kLast : PrefillChunk::Logits::kNone;
     FATHOM_RETURN_IF_ERROR(runner.Prefill({c}, false, &out));
   }
-  return Now() - t;
+  return Times{Now() - t, CpuNow() - cpu};
 }
 
 }  // namespace
@@ -111,13 +123,18 @@ Result<KvCapacityResult> MeasureKvCapacity(const Model& model, const KvCapacityO
   for (int32_t b : batches) {
     DecodePoint p;
     p.batch = b;
-    FATHOM_ASSIGN_OR_RETURN(p.step_s, DecodeStep(model, b, opt.prompt + opt.output / 2, opt.reps, opt.block_size));
+    FATHOM_ASSIGN_OR_RETURN(Times t, DecodeStep(model, b, opt.prompt + opt.output / 2, opt.reps, opt.block_size));
+    p.step_s = t.wall;
+    p.step_cpu_s = t.cpu;
     p.tok_s = b / p.step_s;
+    p.tok_cpu_s = b / p.step_cpu_s;
     p.kv_gib = static_cast<double>(r.blocks_per_sequence * b) * static_cast<double>(block_bytes) / (1u << 30);
     r.decode.push_back(p);
   }
   if (opt.prefill_tokens > 0) {
-    FATHOM_ASSIGN_OR_RETURN(r.prefill_s, PrefillTime(model, opt));
+    FATHOM_ASSIGN_OR_RETURN(Times t, PrefillTime(model, opt));
+    r.prefill_s = t.wall;
+    r.prefill_cpu_s = t.cpu;
   }
   return r;
 }

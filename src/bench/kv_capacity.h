@@ -28,10 +28,15 @@ struct KvCapacityOptions {
   int32_t block_size = 16;
 };
 
+// Times are wall seconds and, beside them, the process's CPU seconds: with one thread the
+// CPU time is the work itself, which other processes' time slices on a shared host do not
+// lengthen (shared caches and memory bandwidth still can).
 struct DecodePoint {
   int32_t batch = 0;
-  double step_s = 0;     // median decode step over the batch
+  double step_s = 0;     // median decode step over the batch (wall)
+  double step_cpu_s = 0; // median decode step (process CPU time)
   double tok_s = 0;      // batch / step_s
+  double tok_cpu_s = 0;  // batch / step_cpu_s
   double kv_gib = 0;     // KV these sequences hold at full length
 };
 
@@ -43,6 +48,7 @@ struct KvCapacityResult {
   int32_t max_batch = 0;              // blocks / blocks_per_sequence
   std::vector<DecodePoint> decode;    // ascending batch, the maximum last
   double prefill_s = 0;               // one prompt of prefill_tokens (0 if not timed)
+  double prefill_cpu_s = 0;           // the same in process CPU time
 };
 
 Result<KvCapacityResult> MeasureKvCapacity(const Model& model, const KvCapacityOptions& opt);

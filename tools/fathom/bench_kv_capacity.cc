@@ -39,9 +39,11 @@ nlohmann::json ToJson(const std::string& model_dir, const KvCapacityArgs& a, con
                       {"layers", r.layers}, {"kv_layers", r.kv_layers}, {"bytes_per_token", r.bytes_per_token},
                       {"blocks", r.blocks}, {"blocks_per_sequence", r.blocks_per_sequence},
                       {"max_batch", r.max_batch}, {"prefill_tokens", a.prefill}, {"prefill_s", r.prefill_s},
+                      {"prefill_cpu_s", r.prefill_cpu_s}, {"threads", a.threads},
                       {"decode", nlohmann::json::array()}};
   for (const bench::DecodePoint& p : r.decode)
-    j["decode"].push_back({{"batch", p.batch}, {"step_s", p.step_s}, {"tok_s", p.tok_s}, {"kv_gib", p.kv_gib}});
+    j["decode"].push_back({{"batch", p.batch}, {"step_s", p.step_s}, {"tok_s", p.tok_s}, {"step_cpu_s", p.step_cpu_s},
+                           {"tok_cpu_s", p.tok_cpu_s}, {"kv_gib", p.kv_gib}});
   return j;
 }
 
@@ -52,13 +54,16 @@ void Print(const nlohmann::json& j) {
               j["kv_gib"].get<double>(), static_cast<long long>(j["blocks"].get<int64_t>()),
               static_cast<long long>(j["prompt"].get<int64_t>()), static_cast<long long>(j["output"].get<int64_t>()),
               static_cast<long long>(j["blocks_per_sequence"].get<int64_t>()), j["max_batch"].get<int>());
-  std::printf("%8s %12s %12s %10s\n", "batch", "step ms", "decode tok/s", "KV GiB");
+  std::printf("%8s %12s %12s %14s %16s %10s\n", "batch", "step ms", "decode tok/s", "step CPU ms", "tok per CPU s",
+              "KV GiB");
   for (const auto& p : j["decode"])
-    std::printf("%8d %12.2f %12.2f %10.2f\n", p["batch"].get<int>(), p["step_s"].get<double>() * 1e3,
-                p["tok_s"].get<double>(), p["kv_gib"].get<double>());
+    std::printf("%8d %12.2f %12.2f %14.2f %16.2f %10.2f\n", p["batch"].get<int>(), p["step_s"].get<double>() * 1e3,
+                p["tok_s"].get<double>(), p["step_cpu_s"].get<double>() * 1e3, p["tok_cpu_s"].get<double>(),
+                p["kv_gib"].get<double>());
   if (j["prefill_tokens"].get<int64_t>() > 0)
-    std::printf("prefill of one %lld-token prompt: %.2f s\n", static_cast<long long>(j["prefill_tokens"].get<int64_t>()),
-                j["prefill_s"].get<double>());
+    std::printf("prefill of one %lld-token prompt: %.2f s (%.2f s of CPU)\n",
+                static_cast<long long>(j["prefill_tokens"].get<int64_t>()), j["prefill_s"].get<double>(),
+                j["prefill_cpu_s"].get<double>());
 }
 
 }  // namespace
