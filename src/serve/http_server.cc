@@ -64,19 +64,6 @@ ApiError TimeoutError(int64_t ms) {
                "request_timeout");
 }
 
-// One streamed response: the state its content provider keeps between calls.
-struct StreamJob {
-  StreamJob(const Tokenizer& tok, std::vector<std::string> stop) : gen(tok, std::move(stop)) {}
-  std::shared_ptr<RequestStream> stream;
-  TextGeneration gen;
-  ResponseMeta meta;
-  Endpoint endpoint = Endpoint::kCompletions;
-  Deadline deadline;
-  bool include_usage = false;
-  bool started = false, finished = false;
-  std::vector<TokenEvent> events;
-};
-
 // cpp-httplib's request handling without its accept loop: the ConnectionLoop accepts and
 // reads, and runs each request through process_request (protected, hence this subclass).
 class FrontServer : public httplib::Server {
@@ -120,6 +107,19 @@ ModelLimits WithServerLimits(ModelLimits l, const ServerOptions& o) {
 }
 
 }  // namespace
+
+// One streamed response: the state its content provider keeps between calls.
+struct HttpServer::StreamJob {
+  StreamJob(const Tokenizer& tok, std::vector<std::string> stop) : gen(tok, std::move(stop)) {}
+  std::shared_ptr<RequestStream> stream;
+  TextGeneration gen;
+  ResponseMeta meta;
+  Endpoint endpoint = Endpoint::kCompletions;
+  Deadline deadline;
+  bool include_usage = false;
+  bool started = false, finished = false;
+  std::vector<TokenEvent> events;
+};
 
 bool ConstantTimeEquals(std::string_view got, std::string_view want) {
   // Every byte of `want` is compared whatever `got` holds; a length difference is folded
@@ -260,6 +260,29 @@ void HttpServer::HandleMetrics(httplib::Response& res) {
   res.set_content(RenderPrometheus(m), "text/plain; version=0.0.4; charset=utf-8");
 }
 
+std::optional<ApiError> HttpServer::PromptIds(Endpoint endpoint, const ApiRequest& ar,
+                                              std::vector<int32_t>* out) const {
+  if (endpoint == Endpoint::kCompletions) {
+    if (ar.prompt_is_ids) {
+      *out = ar.prompt_ids;
+      return std::nullopt;
+    }
+    auto ids = tok_.Encode(ar.prompt, /*add_special_tokens=*/true);
+    if (!ids.ok()) return InvalidRequest("prompt", ids.status().message());
+    *out = std::move(*ids);
+    return std::nullopt;
+  }
+  const ChatTemplate* tmpl = tok_.chat_template();
+  if (!tmpl) return InvalidRequest("messages", "this model's tokenizer has no chat template");
+  auto text = tmpl->Render(ar.messages, /*add_generation_prompt=*/true);
+  if (!text.ok()) return InvalidRequest("messages", text.status().message());
+  // The rendered prompt holds its special tokens as text already.
+  auto ids = tok_.Encode(*text, /*add_special_tokens=*/false);
+  if (!ids.ok()) return InvalidRequest("messages", ids.status().message());
+  *out = std::move(*ids);
+  return std::nullopt;
+}
+
 void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -290,24 +313,7 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req, 
     return reject(e);
   }
   std::vector<int32_t> prompt;
-  if (endpoint == Endpoint::kCompletions) {
-    if (ar.prompt_is_ids) {
-      prompt = ar.prompt_ids;
-    } else {
-      auto ids = tok_.Encode(ar.prompt, /*add_special_tokens=*/true);
-      if (!ids.ok()) return reject(InvalidRequest("prompt", ids.status().message()));
-      prompt = std::move(*ids);
-    }
-  } else {
-    const ChatTemplate* tmpl = tok_.chat_template();
-    if (!tmpl) return reject(InvalidRequest("messages", "this model's tokenizer has no chat template"));
-    auto text = tmpl->Render(ar.messages, /*add_generation_prompt=*/true);
-    if (!text.ok()) return reject(InvalidRequest("messages", text.status().message()));
-    // The rendered prompt holds its special tokens as text already.
-    auto ids = tok_.Encode(*text, /*add_special_tokens=*/false);
-    if (!ids.ok()) return reject(InvalidRequest("messages", ids.status().message()));
-    prompt = std::move(*ids);
-  }
+  if (auto e = PromptIds(endpoint, ar, &prompt)) return reject(*e);
   RequestSpec spec;
   if (auto e = BuildRequestSpec(ar, std::move(prompt), limits_, tok_.stop_ids(), NextSeed(), &spec))
     return reject(*e);
@@ -329,37 +335,7 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req, 
     if (!sub.stream->error().empty()) return SendError(res, Error(503, "service_unavailable", st.message()));
     return SendError(res, EngineRejection(endpoint, st.message()));
   }
-
-  if (!ar.stream) {
-    TextGeneration gen(tok_, ar.stop);
-    std::vector<TokenEvent> events;
-    while (!gen.done()) {
-      if (Expired(deadline)) {
-        loop_.Cancel(sub.stream, /*stop_string=*/false);
-        ++timed_out_;
-        return SendError(res, TimeoutError(opt_.request_timeout_ms));
-      }
-      if (CurrentClientGone()) {
-        // Nobody will read the response: free the request's KV and slot now. (Streams
-        // find this out from a failed write.)
-        loop_.Cancel(sub.stream, /*stop_string=*/false);
-        res.status = 499;  // nginx's "client closed request"; it reaches no one
-        return;
-      }
-      events.clear();
-      // Short waits: each one ends with the checks above.
-      if (!sub.stream->Wait(&events, std::chrono::milliseconds(100))) {
-        if (sub.stream->over()) break;
-        continue;
-      }
-      for (const TokenEvent& e : events) gen.Push(e);
-    }
-    if (gen.stopped_by_string()) loop_.Cancel(sub.stream, /*stop_string=*/true);
-    if (std::string err = sub.stream->error(); !err.empty())
-      return SendError(res, Error(500, "internal_error", err));
-    res.set_content(Dump(CompletionResponse(endpoint, meta, Summarize(gen, *sub.stream))), "application/json");
-    return;
-  }
+  if (!ar.stream) return AnswerWhole(endpoint, ar, sub.stream, meta, deadline, res);
 
   auto job = std::make_shared<StreamJob>(tok_, ar.stop);
   job->deadline = deadline;
@@ -370,67 +346,97 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req, 
   res.set_header("Cache-Control", "no-cache");
   handed_off = true;
   res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, job](size_t, httplib::DataSink& sink) {
-        if (job->finished) {
-          sink.done();
-          return true;
-        }
-        std::string out;
-        if (!job->started) {
-          job->started = true;
-          // Chat streams open with the assistant's role, as OpenAI's do.
-          if (job->endpoint == Endpoint::kChatCompletions)
-            out += SseEvent(StreamChunk(job->endpoint, job->meta, "", true, "", job->include_usage));
-        }
-        if (Expired(job->deadline)) {
-          // Cancelled by the request timeout: the status line went out already, so the
-          // stream ends with an error event (as OpenAI's do) and [DONE].
-          loop_.Cancel(job->stream, /*stop_string=*/false);
-          ++timed_out_;
-          out += SseEvent(ErrorBody(TimeoutError(opt_.request_timeout_ms)));
-          out += kSseDone;
-          job->finished = true;
-          if (!sink.write(out.data(), out.size())) return false;
-          sink.done();
-          return true;
-        }
-        job->events.clear();
-        const bool got = job->stream->Wait(&job->events, std::chrono::milliseconds(opt_.heartbeat_ms));
-        if (!got && !job->stream->over()) {
-          // Nothing yet: an SSE comment, which clients ignore; a failed write means the
-          // client is gone (the releaser then cancels the request).
-          out += ": keep-alive\n\n";
-          return sink.write(out.data(), out.size());
-        }
-        std::string text;
-        for (const TokenEvent& e : job->events) text += job->gen.Push(e);
-        if (!text.empty())
-          out += SseEvent(StreamChunk(job->endpoint, job->meta, text, false, "", job->include_usage));
-        const std::string err = job->stream->error();
-        if (!err.empty()) {
-          out += SseEvent(ErrorBody(Error(500, "internal_error", err)));
-          out += kSseDone;
-          job->finished = true;
-        } else if (job->gen.done() || job->stream->over()) {
-          if (job->gen.stopped_by_string()) loop_.Cancel(job->stream, /*stop_string=*/true);
-          const CompletionResult r = Summarize(job->gen, *job->stream);
-          out += SseEvent(StreamChunk(job->endpoint, job->meta, "", false,
-                                      r.finish_reason.empty() ? "stop" : r.finish_reason, job->include_usage));
-          if (job->include_usage) out += SseEvent(UsageChunk(job->endpoint, job->meta, r));
-          out += kSseDone;
-          job->finished = true;
-        }
-        if (!out.empty() && !sink.write(out.data(), out.size())) return false;
-        if (job->finished) sink.done();
-        return true;
-      },
+      "text/event-stream", [this, job](size_t, httplib::DataSink& sink) { return StreamStep(*job, sink); },
       [this, job](bool) {
         // Runs when the response is destroyed: finished, cut by a failed write, or the
         // server stopping. A request still running is cancelled (a no-op once finished).
         loop_.Cancel(job->stream, /*stop_string=*/false);
         HandlerDone();
       });
+}
+
+void HttpServer::AnswerWhole(Endpoint endpoint, const ApiRequest& ar, const std::shared_ptr<RequestStream>& stream,
+                             const ResponseMeta& meta, const Deadline& deadline, httplib::Response& res) {
+  TextGeneration gen(tok_, ar.stop);
+  std::vector<TokenEvent> events;
+  while (!gen.done()) {
+    if (Expired(deadline)) {
+      loop_.Cancel(stream, /*stop_string=*/false);
+      ++timed_out_;
+      return SendError(res, TimeoutError(opt_.request_timeout_ms));
+    }
+    if (CurrentClientGone()) {
+      // Nobody will read the response: free the request's KV and slot now. (Streams
+      // find this out from a failed write.)
+      loop_.Cancel(stream, /*stop_string=*/false);
+      res.status = 499;  // nginx's "client closed request"; it reaches no one
+      return;
+    }
+    events.clear();
+    // Short waits: each one ends with the checks above.
+    if (!stream->Wait(&events, std::chrono::milliseconds(100))) {
+      if (stream->over()) break;
+      continue;
+    }
+    for (const TokenEvent& e : events) gen.Push(e);
+  }
+  if (gen.stopped_by_string()) loop_.Cancel(stream, /*stop_string=*/true);
+  if (std::string err = stream->error(); !err.empty()) return SendError(res, Error(500, "internal_error", err));
+  res.set_content(Dump(CompletionResponse(endpoint, meta, Summarize(gen, *stream))), "application/json");
+}
+
+bool HttpServer::StreamStep(StreamJob& job, httplib::DataSink& sink) {
+  if (job.finished) {
+    sink.done();
+    return true;
+  }
+  std::string out;
+  if (!job.started) {
+    job.started = true;
+    // Chat streams open with the assistant's role, as OpenAI's do.
+    if (job.endpoint == Endpoint::kChatCompletions)
+      out += SseEvent(StreamChunk(job.endpoint, job.meta, "", true, "", job.include_usage));
+  }
+  if (Expired(job.deadline)) {
+    // Cancelled by the request timeout: the status line went out already, so the stream
+    // ends with an error event (as OpenAI's do) and [DONE].
+    loop_.Cancel(job.stream, /*stop_string=*/false);
+    ++timed_out_;
+    out += SseEvent(ErrorBody(TimeoutError(opt_.request_timeout_ms)));
+    out += kSseDone;
+    job.finished = true;
+    if (!sink.write(out.data(), out.size())) return false;
+    sink.done();
+    return true;
+  }
+  job.events.clear();
+  const bool got = job.stream->Wait(&job.events, std::chrono::milliseconds(opt_.heartbeat_ms));
+  if (!got && !job.stream->over()) {
+    // Nothing yet: an SSE comment, which clients ignore; a failed write means the client
+    // is gone (the releaser then cancels the request).
+    out += ": keep-alive\n\n";
+    return sink.write(out.data(), out.size());
+  }
+  std::string text;
+  for (const TokenEvent& e : job.events) text += job.gen.Push(e);
+  if (!text.empty()) out += SseEvent(StreamChunk(job.endpoint, job.meta, text, false, "", job.include_usage));
+  const std::string err = job.stream->error();
+  if (!err.empty()) {
+    out += SseEvent(ErrorBody(Error(500, "internal_error", err)));
+    out += kSseDone;
+    job.finished = true;
+  } else if (job.gen.done() || job.stream->over()) {
+    if (job.gen.stopped_by_string()) loop_.Cancel(job.stream, /*stop_string=*/true);
+    const CompletionResult r = Summarize(job.gen, *job.stream);
+    out += SseEvent(StreamChunk(job.endpoint, job.meta, "", false, r.finish_reason.empty() ? "stop" : r.finish_reason,
+                                job.include_usage));
+    if (job.include_usage) out += SseEvent(UsageChunk(job.endpoint, job.meta, r));
+    out += kSseDone;
+    job.finished = true;
+  }
+  if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+  if (job.finished) sink.done();
+  return true;
 }
 
 namespace {

@@ -13,14 +13,17 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "core/status.h"
 #include "serve/engine_loop.h"
@@ -31,6 +34,7 @@ namespace httplib {
 class Server;
 class Request;
 class Response;
+class DataSink;
 }  // namespace httplib
 
 namespace fathom::serve {
@@ -95,7 +99,16 @@ class HttpServer {
 
  private:
   void Routes();
+  struct StreamJob;
+  using Deadline = std::optional<std::chrono::steady_clock::time_point>;  // none: no timeout
   void HandleGenerate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  // The request's prompt as token ids (the chat template rendered and tokenized).
+  std::optional<ApiError> PromptIds(Endpoint endpoint, const ApiRequest& ar, std::vector<int32_t>* out) const;
+  // Waits for a whole response (cancelling it at the deadline or when the client leaves).
+  void AnswerWhole(Endpoint endpoint, const ApiRequest& ar, const std::shared_ptr<RequestStream>& stream,
+                   const ResponseMeta& meta, const Deadline& deadline, httplib::Response& res);
+  // One call of a stream's content provider: what arrived, a heartbeat, or the end.
+  bool StreamStep(StreamJob& job, httplib::DataSink& sink);
   void HandleMetrics(httplib::Response& res);
   bool Authorized(const httplib::Request& req) const;
   void SendError(httplib::Response& res, const ApiError& e);
