@@ -1,6 +1,7 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 
@@ -56,6 +57,7 @@ int32_t Scheduler::free_slots() const {
 Result<RequestId> Scheduler::AddRequest(SchedRequest r) {
   if (r.prompt_len < 1) return Status::Error("request: empty prompt");
   if (r.max_tokens < 1) return Status::Error("request: max_tokens must be at least 1");
+  if (std::isnan(r.deadline)) return Status::Error("request: deadline is NaN");
   // The last output token is never fed back: the KV holds prompt + max_tokens - 1 positions.
   const int64_t need = cfg_.blocks_for(r.prompt_len, r.prompt_len + r.max_tokens - 1);
   if (need > cfg_.kv_blocks)
@@ -70,8 +72,22 @@ Result<RequestId> Scheduler::AddRequest(SchedRequest r) {
   q.queue = Req::Queue::kWaiting;
   reqs_.Add(std::move(q));
   active_.push_back(id);
-  waiting_.push_back(id);
+  Enqueue(id);
   return id;
+}
+
+bool Scheduler::WaitsBefore(RequestId a, RequestId b) const {
+  const Req &x = request(a), &y = request(b);
+  if (cfg_.order == WaitOrder::kTierDeadline) {
+    if (x.spec.rank != y.spec.rank) return x.spec.rank < y.spec.rank;
+    if (x.spec.deadline != y.spec.deadline) return x.spec.deadline < y.spec.deadline;
+  }
+  return x.arrival < y.arrival;
+}
+
+void Scheduler::Enqueue(RequestId id) {
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](RequestId w) { return WaitsBefore(id, w); });
+  waiting_.insert(pos, id);
 }
 
 WorkItem Scheduler::NextInput(RequestId id) const {
@@ -252,9 +268,7 @@ void Scheduler::Preempt(RequestId id) {
   ++r.preemptions;
   ++preemptions_;
   r.queue = Req::Queue::kWaiting;
-  auto pos = std::find_if(waiting_.begin(), waiting_.end(),
-                          [&](RequestId w) { return request(w).arrival > r.arrival; });
-  waiting_.insert(pos, id);
+  Enqueue(id);
 }
 
 void Scheduler::Finish(RequestId id, FinishReason why) {

@@ -9,7 +9,7 @@
 //   Update(plan, outcome)  applies the plain result: sampled tokens, exit decisions.
 //
 // Queues (each a FIFO of request ids; a request has at most one decode token in flight):
-//   waiting_  requests waiting for (more) prefill, by arrival       (queue 1)
+//   waiting_  requests waiting for (more) prefill, in WaitOrder     (queue 1)
 //   ready_    decode tokens waiting for the prelude                 (queue 2)
 //   loop_     tokens waiting for their next loop step, any depth    (queue 3)
 //   coda_     exited tokens waiting for the coda                    (queue 4)
@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <string_view>
 #include <vector>
 
@@ -54,6 +55,14 @@
 namespace fathom {
 
 enum class SchedMode { kCb, kCdbNoRefill, kCdbRefill };
+
+// The order of the waiting queue (prefill admission never overtakes within it):
+//   kTierDeadline  by service tier (SchedRequest::rank: priority, default, flex), then
+//                  earliest deadline, then arrival. With every request in one tier and no
+//                  deadlines this is arrival order, so it is the default.
+//   kFifo          by arrival only.
+// A preempted request goes back to the place its key gives.
+enum class WaitOrder { kTierDeadline, kFifo };
 Result<SchedMode> ParseSchedMode(std::string_view name);  // "cb", "cdb-norefill", "cdb-refill"
 std::string_view SchedModeName(SchedMode mode);
 
@@ -71,6 +80,7 @@ struct SchedConfig {
   // recompute after preemption cuts the prompt as the first prefill did.
   bool aligned_chunks = false;
   int64_t reserve_tokens = 16;  // admission headroom per running request
+  WaitOrder order = WaitOrder::kTierDeadline;
   int64_t kv_blocks = 0;        // the KV pool
   // Blocks a sequence with this prompt length holds at length len (KvManager::BlocksFor).
   std::function<int64_t(int64_t prompt_len, int64_t len)> blocks_for;
@@ -81,6 +91,8 @@ struct SchedRequest {
   int32_t max_tokens = 1;
   int32_t loops = 0;              // loop steps at full depth (0: dense)
   std::vector<int32_t> stop_ids;  // generation stops after any of these
+  int32_t rank = 1;               // service tier, lower first (budget/budget.h TierRank)
+  double deadline = std::numeric_limits<double>::infinity();  // absolute, engine clock (s)
 };
 
 // A request as the scheduler sees it (read-only for callers and tests).
@@ -153,6 +165,8 @@ class Scheduler {
   void ScheduleRefill(Plan* plan) const;
   void ScheduleCohort(Plan* plan) const;
 
+  bool WaitsBefore(RequestId a, RequestId b) const;  // WaitOrder
+  void Enqueue(RequestId id);                        // into waiting_ at its place
   void Preempt(RequestId id);
   void Detach(RequestId id);  // out of its queue and slot
   void Emit(RequestId id, int32_t token, int32_t depth, std::vector<TokenEvent>* events);
