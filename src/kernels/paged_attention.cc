@@ -1,7 +1,9 @@
 // Paged attention in f32 with AVX2/FMA. Work unit: one row and one KV head with the query
 // heads that share it. The unit first resolves its key list (segments, block tables, hole
 // masks) into per-thread arrays of K and V row pointers, then runs a two-pass softmax:
-// scores for all keys, exp and sum, then the weighted sum of V.
+// scores for all keys, exp and sum, then the weighted sum of V. K/V elements are f32 or
+// bf16 (template T = float / uint16_t): bf16 is widened 8 values at a time (zero-extend
+// to 32 bits, shift left 16: exact), so both read paths do the same f32 arithmetic.
 //
 // Prefill: runs of consecutive rows with the same keys up to their ends (one sequence's
 // prompt positions, causal) go to the tiled kernel (paged_attention_tiled.cc, AVX-512F),
@@ -14,6 +16,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -24,9 +27,22 @@ namespace fathom {
 namespace {
 
 struct UnitScratch {
-  std::vector<const float*> k, v;  // key rows of the unit's KV head
-  std::vector<float> p;            // [n_keys] scores, then probabilities, of one head
+  std::vector<const void*> k, v;  // key rows of the unit's KV head (elements T)
+  std::vector<float> p;           // [n_keys] scores, then probabilities, of one head
 };
+
+inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 Load8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline float Load1(const float* p) { return *p; }
+inline float Load1(const uint16_t* p) { return BF16ToF32(*p); }
+
+template <typename T>
+const T* Elems(const void* p) {
+  return static_cast<const T*>(p);
+}
 
 UnitScratch& Scratch() {
   thread_local UnitScratch s;
@@ -34,6 +50,7 @@ UnitScratch& Scratch() {
 }
 
 // Resolves the row's keys into K/V row pointers at KV-head offset `off`; returns the count.
+template <typename T>
 int64_t GatherKeys(const PagedKvView& kv, const PagedAttentionRow& row, const KeySegment* segs,
                    int64_t off, UnitScratch& s) {
   int64_t n = 0;
@@ -46,8 +63,8 @@ int64_t GatherKeys(const PagedKvView& kv, const PagedAttentionRow& row, const Ke
       if (g.key_steps && g.key_steps[p] <= g.min_step) continue;  // a hole: never written
       const int64_t at = g.block_table[p / kv.block_size] * kv.block_stride +
                          (p % kv.block_size) * kv.row_stride + off;
-      s.k[static_cast<size_t>(m)] = kv.k_base + at;
-      s.v[static_cast<size_t>(m)] = kv.v_base + at;
+      s.k[static_cast<size_t>(m)] = Elems<T>(kv.k_base) + at;
+      s.v[static_cast<size_t>(m)] = Elems<T>(kv.v_base) + at;
       ++m;
     }
   }
@@ -55,54 +72,70 @@ int64_t GatherKeys(const PagedKvView& kv, const PagedAttentionRow& row, const Ke
 }
 
 // scores[t] = scale * q . k_t over the gathered keys, four keys per pass so q is loaded once.
-void Scores(const float* q, const float* const* k, int64_t n, int64_t hd, float scale, float* p) {
+template <typename T>
+void Scores(const float* q, const void* const* kp, int64_t n, int64_t hd, float scale, float* p) {
   int64_t t = 0;
   for (; t + 4 <= n; t += 4) {
+    const T* k[4] = {Elems<T>(kp[t]), Elems<T>(kp[t + 1]), Elems<T>(kp[t + 2]), Elems<T>(kp[t + 3])};
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     int64_t d = 0;
     for (; d + 8 <= hd; d += 8) {
       const __m256 qv = _mm256_loadu_ps(q + d);
-      s0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[t] + d), s0);
-      s1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[t + 1] + d), s1);
-      s2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[t + 2] + d), s2);
-      s3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[t + 3] + d), s3);
+      s0 = _mm256_fmadd_ps(qv, Load8(k[0] + d), s0);
+      s1 = _mm256_fmadd_ps(qv, Load8(k[1] + d), s1);
+      s2 = _mm256_fmadd_ps(qv, Load8(k[2] + d), s2);
+      s3 = _mm256_fmadd_ps(qv, Load8(k[3] + d), s3);
     }
     float tail[4] = {0, 0, 0, 0};
     for (; d < hd; ++d)
-      for (int j = 0; j < 4; ++j) tail[j] += q[d] * k[t + j][d];
+      for (int j = 0; j < 4; ++j) tail[j] += q[d] * Load1(k[j] + d);
     p[t] = (internal::HSum(s0) + tail[0]) * scale;
     p[t + 1] = (internal::HSum(s1) + tail[1]) * scale;
     p[t + 2] = (internal::HSum(s2) + tail[2]) * scale;
     p[t + 3] = (internal::HSum(s3) + tail[3]) * scale;
   }
-  for (; t < n; ++t) p[t] = internal::Dot(q, k[t], hd) * scale;
+  for (; t < n; ++t) {
+    const T* k = Elems<T>(kp[t]);
+    if constexpr (std::is_same_v<T, float>) {
+      p[t] = internal::Dot(q, k, hd) * scale;  // f32 as before the bf16 path existed
+      continue;
+    }
+    __m256 acc = _mm256_setzero_ps();
+    int64_t d = 0;
+    for (; d + 8 <= hd; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), Load8(k + d), acc);
+    float tail = 0;
+    for (; d < hd; ++d) tail += q[d] * Load1(k + d);
+    p[t] = (internal::HSum(acc) + tail) * scale;
+  }
 }
 
 // out[c .. c+8*NV) = sum_t w[t] * v_t[c .. c+8*NV), accumulated in NV registers.
-template <int NV>
-void WeightedSumChunk(const float* w, const float* const* v, int64_t n, int64_t c, float* out) {
+template <typename T, int NV>
+void WeightedSumChunk(const float* w, const void* const* v, int64_t n, int64_t c, float* out) {
   __m256 acc[NV];
   for (int j = 0; j < NV; ++j) acc[j] = _mm256_setzero_ps();
   for (int64_t t = 0; t < n; ++t) {
     const __m256 wt = _mm256_set1_ps(w[t]);
-    const float* vt = v[t] + c;
-    for (int j = 0; j < NV; ++j) acc[j] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(vt + 8 * j), acc[j]);
+    const T* vt = Elems<T>(v[t]) + c;
+    for (int j = 0; j < NV; ++j) acc[j] = _mm256_fmadd_ps(wt, Load8(vt + 8 * j), acc[j]);
   }
   for (int j = 0; j < NV; ++j) _mm256_storeu_ps(out + c + 8 * j, acc[j]);
 }
 
-void WeightedSum(const float* w, const float* const* v, int64_t n, int64_t hd, float* out) {
+template <typename T>
+void WeightedSum(const float* w, const void* const* v, int64_t n, int64_t hd, float* out) {
   int64_t c = 0;
-  for (; c + 32 <= hd; c += 32) WeightedSumChunk<4>(w, v, n, c, out);
-  for (; c + 8 <= hd; c += 8) WeightedSumChunk<1>(w, v, n, c, out);
+  for (; c + 32 <= hd; c += 32) WeightedSumChunk<T, 4>(w, v, n, c, out);
+  for (; c + 8 <= hd; c += 8) WeightedSumChunk<T, 1>(w, v, n, c, out);
   for (; c < hd; ++c) {
     float acc = 0;
-    for (int64_t t = 0; t < n; ++t) acc += w[t] * v[t][c];
+    for (int64_t t = 0; t < n; ++t) acc += w[t] * Load1(Elems<T>(v[t]) + c);
     out[c] = acc;
   }
 }
 
 // softmax(scale * q k^T) v for `hp` query heads sharing the gathered keys.
+template <typename T>
 void AttendGathered(const float* q, int64_t hp, int64_t hd, float scale, int64_t n,
                     UnitScratch& s, float* out) {
   if (n == 0) {
@@ -112,10 +145,10 @@ void AttendGathered(const float* q, int64_t hp, int64_t hd, float scale, int64_t
   if (static_cast<int64_t>(s.p.size()) < n) s.p.resize(static_cast<size_t>(n));
   float* p = s.p.data();
   for (int64_t g = 0; g < hp; ++g) {
-    Scores(q + g * hd, s.k.data(), n, hd, scale, p);
+    Scores<T>(q + g * hd, s.k.data(), n, hd, scale, p);
     const float inv = 1.f / internal::ExpShiftedInPlace(p, n);
     for (int64_t t = 0; t < n; ++t) p[t] *= inv;
-    WeightedSum(p, s.v.data(), n, hd, out + g * hd);
+    WeightedSum<T>(p, s.v.data(), n, hd, out + g * hd);
   }
 }
 
@@ -157,12 +190,28 @@ bool SameKeys(const PagedAttentionRow& a, const PagedAttentionRow& b, const KeyS
   return true;
 }
 
-void AttendRow(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow& row,
-               const KeySegment* segments, int64_t kvh, int64_t group) {
+template <typename T>
+void AttendRowAs(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow& row,
+                 const KeySegment* segments, int64_t kvh, int64_t group) {
   const int64_t hd = s.head_dim;
   UnitScratch& sc = Scratch();
-  const int64_t n = GatherKeys(kv, row, segments, kvh * hd, sc);
-  AttendGathered(row.q + kvh * group * hd, group, hd, s.scale, n, sc, row.out + kvh * group * hd);
+  const int64_t n = GatherKeys<T>(kv, row, segments, kvh * hd, sc);
+  AttendGathered<T>(row.q + kvh * group * hd, group, hd, s.scale, n, sc, row.out + kvh * group * hd);
+}
+
+void AttendRow(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow& row,
+               const KeySegment* segments, int64_t kvh, int64_t group) {
+  if (kv.dtype == DType::kBF16)
+    AttendRowAs<uint16_t>(s, kv, row, segments, kvh, group);
+  else
+    AttendRowAs<float>(s, kv, row, segments, kvh, group);
+}
+
+void CheckView(const AttentionShape& s, const PagedKvView& kv) {
+  FATHOM_CHECK_MSG(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0,
+                   "n_heads=" << s.n_heads << " n_kv_heads=" << s.n_kv_heads);
+  FATHOM_CHECK_MSG(kv.dtype == DType::kF32 || kv.dtype == DType::kBF16,
+                   "KV dtype " << DTypeName(kv.dtype));
 }
 
 }  // namespace
@@ -172,8 +221,7 @@ namespace internal {
 void PagedAttentionRowwise(const AttentionShape& s, const PagedKvView& kv,
                            const PagedAttentionRow* rows, int64_t n_rows,
                            const KeySegment* segments) {
-  FATHOM_CHECK_MSG(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0,
-                   "n_heads=" << s.n_heads << " n_kv_heads=" << s.n_kv_heads);
+  CheckView(s, kv);
   const int64_t group = s.n_heads / s.n_kv_heads, hd = s.head_dim;
   const int64_t units = n_rows * s.n_kv_heads;
   const bool parallel = CountKeys(rows, n_rows, segments) * s.n_heads * hd >= (int64_t{1} << 16) &&
@@ -191,8 +239,7 @@ void SetPagedAttentionTilesForTesting(bool enabled) { g_tiles_enabled.store(enab
 
 void PagedAttention(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow* rows,
                     int64_t n_rows, const KeySegment* segments) {
-  FATHOM_CHECK_MSG(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0,
-                   "n_heads=" << s.n_heads << " n_kv_heads=" << s.n_kv_heads);
+  CheckView(s, kv);
   const int64_t group = s.n_heads / s.n_kv_heads, hd = s.head_dim;
   const int64_t max_tile = internal::kMaxTileQueries / group;
   if (max_tile < kMinTileRows || !g_tiles_enabled.load(std::memory_order_relaxed) ||
@@ -232,35 +279,40 @@ void PagedAttention(const AttentionShape& s, const PagedKvView& kv, const PagedA
 void PagedAttentionReference(const AttentionShape& s, const PagedKvView& kv,
                              const PagedAttentionRow* rows, int64_t n_rows,
                              const KeySegment* segments) {
+  CheckView(s, kv);
   const int64_t group = s.n_heads / s.n_kv_heads, hd = s.head_dim;
+  const bool bf16 = kv.dtype == DType::kBF16;
+  // Element `at` of a K or V base as double (bf16 widened exactly).
+  const auto value = [bf16](const void* base, int64_t at) -> double {
+    return bf16 ? BF16ToF32(static_cast<const uint16_t*>(base)[at]) : static_cast<const float*>(base)[at];
+  };
   for (int64_t i = 0; i < n_rows; ++i) {
     const PagedAttentionRow& r = rows[i];
     for (int64_t h = 0; h < s.n_heads; ++h) {
       const int64_t off = (h / group) * hd;
-      std::vector<const float*> ks, vs;
+      std::vector<int64_t> keys;  // element offsets of the visible keys' rows
       for (int32_t j = r.seg_begin; j < r.seg_end; ++j) {
         const KeySegment& g = segments[j];
         for (int64_t p = g.begin; p < g.end; ++p) {
           if (g.key_steps && g.key_steps[p] <= g.min_step) continue;
-          const int64_t at = g.block_table[p / kv.block_size] * kv.block_stride +
-                             (p % kv.block_size) * kv.row_stride + off;
-          ks.push_back(kv.k_base + at);
-          vs.push_back(kv.v_base + at);
+          keys.push_back(g.block_table[p / kv.block_size] * kv.block_stride +
+                         (p % kv.block_size) * kv.row_stride + off);
         }
       }
-      std::vector<double> sc(ks.size());
+      std::vector<double> sc(keys.size());
       double mx = -std::numeric_limits<double>::infinity(), sum = 0;
-      for (size_t t = 0; t < ks.size(); ++t) {
+      for (size_t t = 0; t < keys.size(); ++t) {
         double dot = 0;
-        for (int64_t d = 0; d < hd; ++d) dot += static_cast<double>(r.q[h * hd + d]) * ks[t][d];
+        for (int64_t d = 0; d < hd; ++d)
+          dot += static_cast<double>(r.q[h * hd + d]) * value(kv.k_base, keys[t] + d);
         sc[t] = dot * s.scale;
         mx = std::max(mx, sc[t]);
       }
       for (double& x : sc) sum += x = std::exp(x - mx);
       for (int64_t d = 0; d < hd; ++d) {
         double acc = 0;
-        for (size_t t = 0; t < ks.size(); ++t) acc += sc[t] * vs[t][d];
-        r.out[h * hd + d] = ks.empty() ? 0.f : static_cast<float>(acc / sum);
+        for (size_t t = 0; t < keys.size(); ++t) acc += sc[t] * value(kv.v_base, keys[t] + d);
+        r.out[h * hd + d] = keys.empty() ? 0.f : static_cast<float>(acc / sum);
       }
     }
   }

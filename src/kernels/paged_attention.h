@@ -11,18 +11,22 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "kernels/attention.h"
 
 namespace fathom {
 
 // Where the pool's blocks live: block b's K rows start at k_base + b * block_stride
-// (floats), row t of a block at + t * row_stride; V likewise from v_base.
+// (elements of `dtype`), row t of a block at + t * row_stride; V likewise from v_base.
+// dtype kF32 or kBF16: bf16 K/V are widened to f32 as they are read (a 16-bit shift, exact),
+// and the arithmetic is f32 as for f32 K/V.
 struct PagedKvView {
-  const float* k_base = nullptr;
-  const float* v_base = nullptr;
+  const void* k_base = nullptr;
+  const void* v_base = nullptr;
   int64_t block_stride = 0;
   int64_t row_stride = 0;  // n_kv_heads * head_dim
   int32_t block_size = 16;
+  DType dtype = DType::kF32;
 };
 
 struct KeySegment {
@@ -42,7 +46,7 @@ struct PagedAttentionRow {
 
 void PagedAttention(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow* rows,
                     int64_t n_rows, const KeySegment* segments);
-// Scalar reference (double math), same contract.
+// Scalar reference (double math on the stored values, bf16 widened exactly), same contract.
 void PagedAttentionReference(const AttentionShape& s, const PagedKvView& kv,
                              const PagedAttentionRow* rows, int64_t n_rows,
                              const KeySegment* segments);

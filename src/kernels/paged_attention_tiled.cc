@@ -8,7 +8,8 @@
 // mask left is "key position < the row's end"), S^T[t][q] = q . k_t comes from broadcasting
 // K values against the transposed queries Qt[d][q]; the online softmax (running max m[q],
 // sum l[q]) is elementwise across lanes; and acc^T[d][q] += V[t][d] * P^T[t][q] broadcasts
-// V values against the probabilities. K and V rows are read in place from the pool.
+// V values against the probabilities. K and V rows are read in place from the pool, as f32
+// or as bf16 widened to f32 when broadcast (template T = float / uint16_t).
 //
 // AVX-512F only (target attribute + a run-time check); without it PagedAttention keeps the
 // per-row AVX2 path.
@@ -20,6 +21,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/dtype.h"
 #include "kernels/paged_attention.h"
 
 // GCC 12 reports the _mm512_undefined_ps() inside its own AVX-512 intrinsics (max, min,
@@ -32,6 +34,9 @@ namespace fathom::internal {
 namespace {
 
 constexpr int64_t kChunk = 64;  // keys per chunk (S^T rows)
+
+inline float Load1(const float* p) { return *p; }
+inline float Load1(const uint16_t* p) { return BF16ToF32(*p); }
 
 // exp(x) on 16 lanes: the Cephes polynomial of vec_math.h's Exp, same clamps; inputs
 // below -87.3 (and -inf) give exactly 0.
@@ -63,8 +68,8 @@ struct TileScratch {
   std::vector<float> m, l;     // [mp] running max and sum
   std::vector<float> alpha;    // [mp] rescale of acc for the current chunk
   std::vector<int32_t> ends;   // [mp] the current segment's end per query
-  const float* k[kChunk];
-  const float* v[kChunk];
+  const void* k[kChunk];  // rows of elements T
+  const void* v[kChunk];
   int32_t pos[kChunk];
 };
 
@@ -75,22 +80,22 @@ TileScratch& Scratch() {
 
 // S^T[t][q] = Qt[.][q] . k_t for t < nk (rounded up to 4; the pointers past nk repeat the
 // last key), NQV vectors of 16 queries starting at Qt + 16 * qv0.
-template <int NQV>
-FATHOM_TARGET_AVX512 void ScoresT(const float* qt, int64_t mp, int64_t hd, const float* const* k,
+template <typename T, int NQV>
+FATHOM_TARGET_AVX512 void ScoresT(const float* qt, int64_t mp, int64_t hd, const void* const* k,
                                   int64_t nk, float* s) {
   for (int64_t t = 0; t < nk; t += 4) {
-    const float* k0 = k[t];
-    const float* k1 = k[std::min(t + 1, nk - 1)];
-    const float* k2 = k[std::min(t + 2, nk - 1)];
-    const float* k3 = k[std::min(t + 3, nk - 1)];
+    const T* k0 = static_cast<const T*>(k[t]);
+    const T* k1 = static_cast<const T*>(k[std::min(t + 1, nk - 1)]);
+    const T* k2 = static_cast<const T*>(k[std::min(t + 2, nk - 1)]);
+    const T* k3 = static_cast<const T*>(k[std::min(t + 3, nk - 1)]);
     __m512 a[4][NQV];
     for (int j = 0; j < 4; ++j)
       for (int v = 0; v < NQV; ++v) a[j][v] = _mm512_setzero_ps();
     for (int64_t d = 0; d < hd; ++d) {
       __m512 qv[NQV];
       for (int v = 0; v < NQV; ++v) qv[v] = _mm512_loadu_ps(qt + d * mp + 16 * v);
-      const __m512 b0 = _mm512_set1_ps(k0[d]), b1 = _mm512_set1_ps(k1[d]);
-      const __m512 b2 = _mm512_set1_ps(k2[d]), b3 = _mm512_set1_ps(k3[d]);
+      const __m512 b0 = _mm512_set1_ps(Load1(k0 + d)), b1 = _mm512_set1_ps(Load1(k1 + d));
+      const __m512 b2 = _mm512_set1_ps(Load1(k2 + d)), b3 = _mm512_set1_ps(Load1(k3 + d));
       for (int v = 0; v < NQV; ++v) {
         a[0][v] = _mm512_fmadd_ps(b0, qv[v], a[0][v]);
         a[1][v] = _mm512_fmadd_ps(b1, qv[v], a[1][v]);
@@ -104,8 +109,8 @@ FATHOM_TARGET_AVX512 void ScoresT(const float* qt, int64_t mp, int64_t hd, const
 }
 
 // acc^T[d][q] = acc^T[d][q] * alpha[q] + sum_t V_t[d] * P^T[t][q], J values of d at a time.
-template <int J, int NQV>
-FATHOM_TARGET_AVX512 void AccumulateBlock(const float* p, int64_t mp, const float* const* v,
+template <typename T, int J, int NQV>
+FATHOM_TARGET_AVX512 void AccumulateBlock(const float* p, int64_t mp, const void* const* v,
                                           int64_t nk, int64_t d, const float* alpha, float* acc) {
   __m512 a[J][NQV], al[NQV];
   for (int w = 0; w < NQV; ++w) al[w] = _mm512_loadu_ps(alpha + 16 * w);
@@ -115,9 +120,9 @@ FATHOM_TARGET_AVX512 void AccumulateBlock(const float* p, int64_t mp, const floa
   for (int64_t t = 0; t < nk; ++t) {
     __m512 pv[NQV];
     for (int w = 0; w < NQV; ++w) pv[w] = _mm512_loadu_ps(p + t * mp + 16 * w);
-    const float* vt = v[t] + d;
+    const T* vt = static_cast<const T*>(v[t]) + d;
     for (int j = 0; j < J; ++j) {
-      const __m512 b = _mm512_set1_ps(vt[j]);
+      const __m512 b = _mm512_set1_ps(Load1(vt + j));
       for (int w = 0; w < NQV; ++w) a[j][w] = _mm512_fmadd_ps(b, pv[w], a[j][w]);
     }
   }
@@ -125,22 +130,22 @@ FATHOM_TARGET_AVX512 void AccumulateBlock(const float* p, int64_t mp, const floa
     for (int w = 0; w < NQV; ++w) _mm512_storeu_ps(acc + (d + j) * mp + 16 * w, a[j][w]);
 }
 
-template <int NQV>
-FATHOM_TARGET_AVX512 void Accumulate(const float* p, int64_t mp, const float* const* v,
+template <typename T, int NQV>
+FATHOM_TARGET_AVX512 void Accumulate(const float* p, int64_t mp, const void* const* v,
                                      int64_t nk, int64_t hd, const float* alpha, float* acc) {
   int64_t d = 0;
-  for (; d + 4 <= hd; d += 4) AccumulateBlock<4, NQV>(p, mp, v, nk, d, alpha, acc);
-  for (; d < hd; ++d) AccumulateBlock<1, NQV>(p, mp, v, nk, d, alpha, acc);
+  for (; d + 4 <= hd; d += 4) AccumulateBlock<T, 4, NQV>(p, mp, v, nk, d, alpha, acc);
+  for (; d < hd; ++d) AccumulateBlock<T, 1, NQV>(p, mp, v, nk, d, alpha, acc);
 }
 
 // One chunk of nk keys (positions pos[], all of one segment) for query vectors
 // [qv0, qv0 + nqv): scores, online softmax, accumulation.
-template <int NQV>
+template <typename T, int NQV>
 FATHOM_TARGET_AVX512 void Chunk(TileScratch& sc, int64_t mp, int64_t hd, float scale, int64_t nk,
                                 int64_t qv0) {
   const int64_t q0 = 16 * qv0;
   float* s = sc.s.data() + q0;
-  ScoresT<NQV>(sc.qt.data() + q0, mp, hd, sc.k, nk, s);
+  ScoresT<T, NQV>(sc.qt.data() + q0, mp, hd, sc.k, nk, s);
   const __m512 vscale = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
   for (int w = 0; w < NQV; ++w) {
     const int64_t o = 16 * w;
@@ -168,9 +173,10 @@ FATHOM_TARGET_AVX512 void Chunk(TileScratch& sc, int64_t mp, int64_t hd, float s
     float* l = sc.l.data() + q0 + o;
     _mm512_storeu_ps(l, _mm512_fmadd_ps(_mm512_loadu_ps(l), alpha, sum));
   }
-  Accumulate<NQV>(s, mp, sc.v, nk, hd, sc.alpha.data() + q0, sc.acc.data() + q0);
+  Accumulate<T, NQV>(s, mp, sc.v, nk, hd, sc.alpha.data() + q0, sc.acc.data() + q0);
 }
 
+template <typename T>
 FATHOM_TARGET_AVX512 void RunChunk(TileScratch& sc, int64_t mp, int64_t hd, float scale,
                                    int64_t nk, int64_t nqv) {
   // Query vectors whose rows all end at or before the chunk's first key see none of it.
@@ -190,10 +196,10 @@ FATHOM_TARGET_AVX512 void RunChunk(TileScratch& sc, int64_t mp, int64_t hd, floa
   }
   switch (hi - lo) {
     case 0: return;
-    case 1: Chunk<1>(sc, mp, hd, scale, nk, lo); return;
-    case 2: Chunk<2>(sc, mp, hd, scale, nk, lo); return;
-    case 3: Chunk<3>(sc, mp, hd, scale, nk, lo); return;
-    default: Chunk<4>(sc, mp, hd, scale, nk, lo); return;
+    case 1: Chunk<T, 1>(sc, mp, hd, scale, nk, lo); return;
+    case 2: Chunk<T, 2>(sc, mp, hd, scale, nk, lo); return;
+    case 3: Chunk<T, 3>(sc, mp, hd, scale, nk, lo); return;
+    default: Chunk<T, 4>(sc, mp, hd, scale, nk, lo); return;
   }
 }
 
@@ -204,9 +210,12 @@ bool PagedAttentionTilesSupported() {
   return has;
 }
 
-FATHOM_TARGET_AVX512 void PagedAttentionTile(const AttentionShape& s, const PagedKvView& kv,
-                                             const PagedAttentionRow* rows, int64_t n_rows,
-                                             const KeySegment* segments, int64_t kvh) {
+namespace {
+
+template <typename T>
+FATHOM_TARGET_AVX512 void TileAs(const AttentionShape& s, const PagedKvView& kv,
+                                 const PagedAttentionRow* rows, int64_t n_rows,
+                                 const KeySegment* segments, int64_t kvh) {
   const int64_t group = s.n_heads / s.n_kv_heads, hd = s.head_dim;
   const int64_t m = n_rows * group, nqv = (m + 15) / 16, mp = 16 * nqv;
   TileScratch& sc = Scratch();
@@ -242,12 +251,12 @@ FATHOM_TARGET_AVX512 void PagedAttentionTile(const AttentionShape& s, const Page
       if (g0.key_steps && g0.key_steps[p] <= g0.min_step) continue;  // a hole
       const int64_t at = g0.block_table[p / kv.block_size] * kv.block_stride +
                          (p % kv.block_size) * kv.row_stride + off;
-      sc.k[nk] = kv.k_base + at;
-      sc.v[nk] = kv.v_base + at;
+      sc.k[nk] = static_cast<const T*>(kv.k_base) + at;
+      sc.v[nk] = static_cast<const T*>(kv.v_base) + at;
       sc.pos[nk] = static_cast<int32_t>(p);
-      if (++nk == kChunk) RunChunk(sc, mp, hd, s.scale, nk, nqv), nk = 0;
+      if (++nk == kChunk) RunChunk<T>(sc, mp, hd, s.scale, nk, nqv), nk = 0;
     }
-    if (nk > 0) RunChunk(sc, mp, hd, s.scale, nk, nqv);
+    if (nk > 0) RunChunk<T>(sc, mp, hd, s.scale, nk, nqv);
   }
   for (int64_t r = 0; r < n_rows; ++r)
     for (int64_t g = 0; g < group; ++g) {
@@ -257,6 +266,17 @@ FATHOM_TARGET_AVX512 void PagedAttentionTile(const AttentionShape& s, const Page
       float* out = rows[r].out + (kvh * group + g) * hd;
       for (int64_t d = 0; d < hd; ++d) out[d] = sc.acc[static_cast<size_t>(d * mp + q)] * inv;
     }
+}
+
+}  // namespace
+
+FATHOM_TARGET_AVX512 void PagedAttentionTile(const AttentionShape& s, const PagedKvView& kv,
+                                             const PagedAttentionRow* rows, int64_t n_rows,
+                                             const KeySegment* segments, int64_t kvh) {
+  if (kv.dtype == DType::kBF16)
+    TileAs<uint16_t>(s, kv, rows, n_rows, segments, kvh);
+  else
+    TileAs<float>(s, kv, rows, n_rows, segments, kvh);
 }
 
 }  // namespace fathom::internal

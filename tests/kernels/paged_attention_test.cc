@@ -1,9 +1,14 @@
 // PagedAttention against its scalar reference: rows of different sequences with shuffled
 // block tables, one or two key segments, hole masks, GQA ratios and odd head sizes; and
-// prefill-shaped calls, which take the tiled path where the CPU has it.
+// prefill-shaped calls, which take the tiled path where the CPU has it. Each with f32 and with
+// bf16 K/V: the kernel against the reference on the same (bf16-rounded) storage at the f32
+// tolerance, and the bf16 result against the f32 inputs' reference within the bound that
+// bf16 rounding of K and V implies (BoundForBf16Storage).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -17,7 +22,45 @@ struct Case {
   int64_t n_heads, n_kv_heads, head_dim;
 };
 
-void RunCase(const Case& c, uint32_t seed) {
+// The K/V a test attends to: f32 arrays and, for a bf16 view, their rounding.
+struct KvStore {
+  std::vector<uint16_t> k16, v16;
+  PagedKvView View(const std::vector<float>& k, const std::vector<float>& v, int64_t stride, int64_t row,
+                   int32_t block, DType t) {
+    if (t == DType::kF32) return {k.data(), v.data(), stride, row, block, t};
+    k16.resize(k.size()), v16.resize(v.size());
+    for (size_t i = 0; i < k.size(); ++i) k16[i] = F32ToBF16(k[i]), v16[i] = F32ToBF16(v[i]);
+    return {k16.data(), v16.data(), stride, row, block, t};
+  }
+};
+
+// |out - exact| for softmax(scale q k^T) v when K and V are stored rounded to bf16 (each
+// element off by at most u = 2^-8 of itself, round to nearest with 8 significant bits):
+// every score moves by at most D = scale * u * max_{row,head} sum_d |q_d| * max |k|, so each
+// probability by a factor within e^{+-2D} and sum_t |p'_t - p_t| <= e^{2D} - 1; V's rounding
+// adds at most u * max|v|. Hence |o' - o| <= (e^{2D} - 1) * max|v| * (1 + u) + u * max|v|.
+double BoundForBf16Storage(const std::vector<float>& q, int64_t head_dim, float scale,
+                           const std::vector<float>& k, const std::vector<float>& v) {
+  const double u = std::ldexp(1.0, -8);
+  double q1 = 0, kmax = 0, vmax = 0;
+  for (size_t h = 0; h + static_cast<size_t>(head_dim) <= q.size(); h += static_cast<size_t>(head_dim)) {
+    double s = 0;
+    for (int64_t d = 0; d < head_dim; ++d) s += std::abs(q[h + static_cast<size_t>(d)]);
+    q1 = std::max(q1, s);
+  }
+  for (float x : k) kmax = std::max(kmax, static_cast<double>(std::abs(x)));
+  for (float x : v) vmax = std::max(vmax, static_cast<double>(std::abs(x)));
+  const double D = scale * u * q1 * kmax;
+  return std::expm1(2 * D) * vmax * (1 + u) + u * vmax;
+}
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, static_cast<double>(std::abs(a[i] - b[i])));
+  return m;
+}
+
+void RunCase(const Case& c, uint32_t seed, DType kv_dtype) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   const int32_t block = 16;
@@ -25,7 +68,8 @@ void RunCase(const Case& c, uint32_t seed) {
   std::vector<float> k(static_cast<size_t>(n_blocks * stride)), v(k.size());
   for (float& x : k) x = u(rng);
   for (float& x : v) x = u(rng);
-  const PagedKvView view{k.data(), v.data(), stride, row, block};
+  KvStore store;
+  const PagedKvView view = store.View(k, v, stride, row, block, kv_dtype);
 
   // Three block tables of 60 blocks each (random disjoint blocks); per-position step counts.
   std::vector<int32_t> perm(n_blocks);
@@ -67,21 +111,39 @@ void RunCase(const Case& c, uint32_t seed) {
     max_diff = std::max(max_diff, static_cast<double>(std::abs(out[i] - ref[i])));
     max_ref = std::max(max_ref, static_cast<double>(std::abs(ref[i])));
   }
-  EXPECT_LE(max_diff, 1e-5 * max_ref) << "heads " << c.n_heads << "/" << c.n_kv_heads << " dim " << c.head_dim;
+  EXPECT_LE(max_diff, 1e-5 * max_ref) << "heads " << c.n_heads << "/" << c.n_kv_heads << " dim " << c.head_dim
+                                      << " " << DTypeName(kv_dtype);
+  if (kv_dtype == DType::kBF16) {
+    // Against the exact attention of the unrounded f32 K/V: within the bf16 storage bound,
+    // and visibly not f32 (so the bf16 bytes were what the kernel read).
+    std::vector<float> exact(q.size());
+    for (PagedAttentionRow& r : rows) r.out = exact.data() + (r.out - ref.data());
+    PagedAttentionReference(shape, {k.data(), v.data(), stride, row, block}, rows.data(), n_rows, segs.data());
+    const double err = MaxAbsDiff(out, exact);
+    EXPECT_LE(err, BoundForBf16Storage(q, c.head_dim, shape.scale, k, v)) << c.n_heads << " " << c.head_dim;
+    EXPECT_GT(err, 1e-5 * max_ref);
+  }
 }
 
 TEST(PagedAttentionTest, MatchesReference) {
   const std::vector<Case> cases = {{4, 4, 64}, {8, 2, 24}, {32, 4, 64}, {16, 16, 128},
                                    {6, 3, 40}, {55, 55, 96}, {4, 1, 7}};
   uint32_t seed = 1;
-  for (const Case& c : cases) RunCase(c, seed++);
+  for (const Case& c : cases) RunCase(c, seed++, DType::kF32);
+}
+
+TEST(PagedAttentionTest, Bf16KvMatchesReference) {
+  const std::vector<Case> cases = {{4, 4, 64}, {8, 2, 24}, {32, 4, 64}, {16, 16, 128},
+                                   {6, 3, 40}, {55, 55, 96}, {4, 1, 7}};
+  uint32_t seed = 1;
+  for (const Case& c : cases) RunCase(c, seed++, DType::kBF16);
 }
 
 // Prefill-shaped calls: runs of consecutive prompt positions (causal ends) of several
 // sequences, long enough to form several tiles, with lengths that are not multiples of the
 // block, tile or key-chunk sizes; one- and two-segment (hybrid) runs, hole masks, a run whose
 // first rows see no key, and single decode rows mixed in between.
-void RunPrefillCase(const Case& c, uint32_t seed, bool tiles) {
+void RunPrefillCase(const Case& c, uint32_t seed, bool tiles, DType kv_dtype) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   const int32_t block = 16;
@@ -89,7 +151,8 @@ void RunPrefillCase(const Case& c, uint32_t seed, bool tiles) {
   std::vector<float> k(static_cast<size_t>(n_blocks * stride)), v(k.size());
   for (float& x : k) x = 2.f * u(rng);
   for (float& x : v) x = u(rng);
-  const PagedKvView view{k.data(), v.data(), stride, row, block};
+  KvStore store;
+  const PagedKvView view = store.View(k, v, stride, row, block, kv_dtype);
   std::vector<int32_t> perm(n_blocks);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
@@ -146,7 +209,13 @@ void RunPrefillCase(const Case& c, uint32_t seed, bool tiles) {
     max_ref = std::max(max_ref, static_cast<double>(std::abs(ref[i])));
   }
   EXPECT_LE(max_diff, 1e-5 * max_ref) << "heads " << c.n_heads << "/" << c.n_kv_heads << " dim "
-                                      << c.head_dim << " tiles " << tiles;
+                                      << c.head_dim << " tiles " << tiles << " " << DTypeName(kv_dtype);
+  if (kv_dtype == DType::kBF16) {
+    std::vector<float> exact(q.size());
+    for (int64_t i = 0; i < n_rows; ++i) rows[static_cast<size_t>(i)].out = exact.data() + i * qd;
+    PagedAttentionReference(shape, {k.data(), v.data(), stride, row, block}, rows.data(), n_rows, segs.data());
+    EXPECT_LE(MaxAbsDiff(out, exact), BoundForBf16Storage(q, c.head_dim, shape.scale, k, v)) << c.head_dim;
+  }
   // Kind-3 rows at positions below 150 see no key: exactly zero.
   int64_t first = 0;
   for (size_t ri = 0; ri < runs.size() && runs[ri].kind != 3; ++ri) first += runs[ri].len;
@@ -159,8 +228,22 @@ TEST(PagedAttentionTest, PrefillRunsMatchReference) {
                                    {6, 3, 40}, {4, 1, 7},  {12, 12, 96}, {64, 1, 32}};
   uint32_t seed = 100;
   for (const Case& c : cases) {
-    RunPrefillCase(c, seed, true);
-    RunPrefillCase(c, seed++, false);
+    RunPrefillCase(c, seed, true, DType::kF32);
+    RunPrefillCase(c, seed++, false, DType::kF32);
+  }
+}
+
+// The tiled path (AVX-512F) reads bf16 K/V too; where the CPU lacks AVX-512F both calls
+// take the per-row path.
+TEST(PagedAttentionTest, Bf16KvPrefillRunsMatchReference) {
+  if (!internal::PagedAttentionTilesSupported())
+    std::printf("note: no AVX-512F here: the bf16 tiled path is not exercised, only the per-row one\n");
+  const std::vector<Case> cases = {{8, 8, 64}, {8, 2, 24}, {32, 4, 64}, {16, 16, 128},
+                                   {6, 3, 40}, {4, 1, 7},  {12, 12, 96}, {64, 1, 32}};
+  uint32_t seed = 100;
+  for (const Case& c : cases) {
+    RunPrefillCase(c, seed, true, DType::kBF16);
+    RunPrefillCase(c, seed++, false, DType::kBF16);
   }
 }
 
