@@ -26,7 +26,7 @@ Result<std::string> ReadFile(const std::string& path) {
 Result<nlohmann::json> ParseJson(const std::string& text, const std::string& where) {
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e309
     return Status::Error(where + ": malformed JSON (" + e.what() + ")");
   }
 }

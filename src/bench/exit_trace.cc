@@ -54,7 +54,7 @@ Result<RecordedExitTrace> LoadExitTrace(const std::string& path, int32_t min_dep
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e309
       return Status::Error(where + ": malformed JSON (" + e.what() + ")");
     }
     if (j.is_object() && j.contains("requests")) {  // `fathom generate --requests F --json`

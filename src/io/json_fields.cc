@@ -70,6 +70,8 @@ Result<JsonFields> JsonFields::ParseText(const std::string& text, const std::str
     obj = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     return Status::Error(source + ": malformed JSON: " + JsonParseErrorText(e));
+  } catch (const nlohmann::json::exception& e) {  // out_of_range 406: a number past double's range (1e309)
+    return Status::Error(source + ": malformed JSON: " + e.what());
   }
   if (!obj.is_object()) {
     return Status::Error(source + ": expected a JSON object at the top level, found " +

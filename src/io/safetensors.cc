@@ -93,6 +93,8 @@ Result<json> ReadHeaderJson(const MappedFile& f, size_t* data_start) {
     header = json::parse(begin, begin + n, on_event);
   } catch (const json::parse_error& e) {
     return Status::Error(path + ": header is not valid JSON: " + JsonParseErrorText(e));
+  } catch (const json::exception& e) {  // out_of_range 406: a number past double's range (1e309)
+    return Status::Error(path + ": header is not valid JSON: " + e.what());
   }
   if (!header.is_object()) {
     return Status::Error(path + ": header must be a JSON object, found " +

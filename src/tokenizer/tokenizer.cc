@@ -112,7 +112,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokenize
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(tokenizer_json);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e309
     return Status::Error(origin + ": malformed JSON: " + e.what());
   }
   if (!root.is_object()) return Status::Error(origin + ": expected a JSON object at the top level");
