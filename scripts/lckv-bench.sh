@@ -13,8 +13,10 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/lckv-bench.sh OUT_DIR [KV_GIB]}
 kv=${2:-4}
 models=${FATHOM_LCKV_MODELS:-/tmp/fathom-lckv}
-fathom=build/fathom
 mkdir -p "$out" "$models"
+# A private copy of the binary: a rebuild of build/ during the run must not change it.
+cp build/fathom "$out/fathom"
+fathom=$out/fathom
 for spec in "llama tinyllama-1.1b dense" "lckv tinyllama-lckv-w10 w10" "lckv tinyllama-lckv-w2 w2"; do
   set -- $spec
   if [ ! -f "$models/$3/config.json" ]; then
