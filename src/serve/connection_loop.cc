@@ -239,7 +239,7 @@ RequestBytes ClassifyRequestBytes(std::string_view buf, size_t max_header_bytes,
     if (IEquals(name, "content-length")) {
       if (value.empty() || value.size() > 18 ||
           !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; }))
-        return RequestBytes::kReady;  // the handler answers 400
+        return RequestBytes::kBadContentLength;
       content_length = std::stoull(std::string(value));
       if (content_length > max_body_bytes) return RequestBytes::kReady;  // the handler answers 413
     }
@@ -368,6 +368,10 @@ void ConnectionLoop::Handle(std::unique_ptr<Conn> c) {
     ++headers_too_large_;
     Reply(c->fd, 431, "Request Header Fields Too Large",
           "the request line and headers exceed " + std::to_string(opt_.max_header_bytes) + " bytes");
+    return Close(std::move(c));
+  }
+  if (state == RequestBytes::kBadContentLength) {
+    Reply(c->fd, 400, "Bad Request", "the Content-Length header is not a decimal number of bytes");
     return Close(std::move(c));
   }
   if (state == RequestBytes::kNeedMore) {

@@ -73,10 +73,12 @@ using RequestRunner = std::function<bool(httplib::Stream& stream, bool close_con
 
 // Where a request's bytes stand (exposed for tests): more are needed, it is complete (or
 // its body is left to the handler: chunked, Expect: 100-continue, beyond max_body_bytes,
-// or a Content-Length the handler will refuse), or its headers exceed max_header_bytes.
+// or a Content-Length the handler will refuse), or its headers exceed max_header_bytes, or
+// its Content-Length is not a number (answered 400 here: cpp-httplib 0.11 reads "-5" as
+// 2^64 - 5 and waits for that body until the read timeout, found by bench soak).
 // With kNeedMore once the headers are complete, *need (if given) is the request's total
 // size (headers and body).
-enum class RequestBytes { kNeedMore, kReady, kHeadersTooLarge };
+enum class RequestBytes { kNeedMore, kReady, kHeadersTooLarge, kBadContentLength };
 RequestBytes ClassifyRequestBytes(std::string_view buf, size_t max_header_bytes, size_t max_body_bytes,
                                   size_t* need = nullptr);
 

@@ -83,7 +83,12 @@ TEST(ClassifyRequestBytes, WaitsForHeadersAndBody) {
   EXPECT_EQ(ClassifyRequestBytes(post + "abcde", kHdr, kBody), RequestBytes::kReady);
   // Bodies the handler reads or refuses itself go to it at once.
   EXPECT_EQ(ClassifyRequestBytes("POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n", kHdr, kBody), RequestBytes::kReady);
-  EXPECT_EQ(ClassifyRequestBytes("POST / HTTP/1.1\r\nContent-Length: x\r\n\r\n", kHdr, kBody), RequestBytes::kReady);
+  // A Content-Length that is no number is answered 400 at once (-5 once waited for the
+  // read timeout: cpp-httplib reads it as 2^64 - 5).
+  for (const char* len : {"x", "-5", "+5", "", "5 5", "0x10"})
+    EXPECT_EQ(ClassifyRequestBytes(std::string("POST / HTTP/1.1\r\nContent-Length: ") + len + "\r\n\r\n", kHdr, kBody),
+              RequestBytes::kBadContentLength)
+        << len;
   EXPECT_EQ(ClassifyRequestBytes("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", kHdr, kBody),
             RequestBytes::kReady);
   EXPECT_EQ(ClassifyRequestBytes("POST / HTTP/1.1\r\nContent-Length: 50\r\nExpect: 100-continue\r\n\r\n", kHdr, kBody),
@@ -397,6 +402,18 @@ TEST_F(ReliabilityTest, HugeHeadersGet431) {
   const std::string r = Receive(fd, 10s);
   EXPECT_EQ(r.rfind("HTTP/1.1 431", 0), 0u) << r.substr(0, 200);
   EXPECT_EQ(server_->connection_stats().headers_too_large, 1);
+}
+
+// Found by `fathom bench soak`: "Content-Length: -5" went to cpp-httplib, which waited for
+// 2^64 - 5 body bytes until the read timeout (10 s) and answered 408.
+TEST_F(ReliabilityTest, ANegativeContentLengthIsA400AtOnce) {
+  StartServer();
+  const int fd = Open();
+  const auto start = std::chrono::steady_clock::now();
+  SendAll(fd, "POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: -5\r\n\r\n");
+  const std::string r = Receive(fd, 10s);
+  EXPECT_EQ(r.rfind("HTTP/1.1 400", 0), 0u) << r.substr(0, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
 }
 
 TEST_F(ReliabilityTest, PipelinedAndHalfClosedRequestsAreAnswered) {
