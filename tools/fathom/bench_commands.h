@@ -11,5 +11,6 @@ int RunBenchOnline(const std::vector<std::string>& args);
 int RunBenchKSweep(const std::vector<std::string>& args);
 int RunBenchServe(const std::vector<std::string>& args);  // bench_serve.cc
 int RunBenchKvCapacity(const std::vector<std::string>& args);  // bench_kv_capacity.cc
+int RunBenchSoak(const std::vector<std::string>& args);  // bench_soak.cc
 
 }  // namespace fathom::cli
