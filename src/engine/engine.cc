@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "core/check.h"
 #include "exec/generate.h"
@@ -24,6 +25,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineO
   if (opt.width < 1) return Status::Error("width: must be at least 1");
   if (opt.min_coda < 1) return Status::Error("k: the minimum coda batch must be at least 1");
   if (opt.prefill_budget < 1) return Status::Error("prefill budget: must be at least 1");
+  FATHOM_RETURN_IF_ERROR(opt.budget.Validate());
   FATHOM_ASSIGN_OR_RETURN(int32_t depth, ResolveLoops(spec, opt.max_depth));
   const int64_t blocks = opt.kv_bytes > 0
                              ? BlockPool::BlocksForBudget(opt.kv_bytes, opt.block_size, spec.kv_dim())
@@ -49,12 +51,14 @@ Engine::Engine(const Model& model, const EngineOptions& opt, int32_t max_depth,
         c.flush_steps = opt.flush_steps;
         c.lookahead = opt.lookahead;
         c.prefill_budget = opt.prefill_budget;
+        c.order = opt.wait_order;
         c.aligned_chunks = model.spec().prompt_iteration.active();
         c.kv_blocks = kv_->pool().num_blocks();
         const KvManager* k = kv_.get();
         c.blocks_for = [k](int64_t prompt_len, int64_t len) { return k->BlocksFor(prompt_len, len); };
         return c;
-      }()) {}
+      }()),
+      controller_(opt.budget) {}
 
 Result<RequestId> Engine::AddRequest(RequestSpec r) {
   const ModelSpec& spec = model_.spec();
@@ -79,11 +83,22 @@ Result<RequestId> Engine::AddRequest(RequestSpec r) {
     return Status::Error("loops: model_type '" + spec.model_type + "' is not a looped model");
   }
   FATHOM_ASSIGN_OR_RETURN(auto policy, MakeExitPolicy(spec, r.exit, loops, opt_.lookahead));
+  if (r.budget && !(*r.budget >= 0 && *r.budget <= 1))
+    return Status::Error("budget: " + std::to_string(*r.budget) + " outside [0, 1]");
+  for (size_t i = 0; i < r.budget_trace.size(); ++i)
+    if (!(r.budget_trace[i] >= 0 && r.budget_trace[i] <= 1))
+      return Status::Error("budget_trace[" + std::to_string(i) + "]: " + std::to_string(r.budget_trace[i]) +
+                           " outside [0, 1]");
+  if (!(r.deadline_s >= 0 && r.deadline_s < kNever))
+    return Status::Error("deadline: " + std::to_string(r.deadline_s) + " s is not a finite time >= 0");
+  const double deadline = r.deadline_s > 0 ? Now() + r.deadline_s : kNever;
   SchedRequest s;
   s.prompt_len = n_prompt;
   s.max_tokens = r.max_tokens;
   s.loops = loops;
   s.stop_ids = r.stop_ids;
+  s.rank = TierRank(r.tier);
+  s.deadline = deadline;
   if (r.stop_at_eos && spec.eos_id >= 0) s.stop_ids.push_back(spec.eos_id);
   FATHOM_ASSIGN_OR_RETURN(RequestId id, sched_.AddRequest(std::move(s)));
   FATHOM_CHECK(id == reqs_.next_id());
@@ -91,6 +106,8 @@ Result<RequestId> Engine::AddRequest(RequestSpec r) {
   q.loops = loops;
   q.sampler = std::make_unique<Sampler>(r.seed);
   q.policy = std::move(policy);
+  q.deadline = deadline;
+  ++stats_.tier[TierRank(r.tier)].requests;
   q.spec = std::move(r);
   reqs_.Add(std::move(q));
   return id;
@@ -132,7 +149,15 @@ DecodeItem Engine::Item(const WorkItem& w) {
   d.random_init = r.spec.init_seed;
   d.sampler = w.replay ? nullptr : r.sampler.get();
   d.sampling = r.spec.sampling;
+  d.budget = static_cast<float>(r.token_b);
   return d;
+}
+
+double Engine::TokenBudget(Req& r) {
+  const std::vector<float>& trace = r.spec.budget_trace;
+  const int64_t i = r.decode_index++;
+  if (!trace.empty()) return trace[static_cast<size_t>(std::min<int64_t>(i, static_cast<int64_t>(trace.size()) - 1))];
+  return controller_.ForRequest(decision_.b, r.spec.tier, r.spec.budget);
 }
 
 Status Engine::Execute(const Plan& plan, Outcome* out) {
@@ -180,7 +205,10 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
       items_.clear();
       for (const WorkItem& w : plan.items) {
         Req& r = At(w.req);
-        if (!w.replay && r.policy) r.policy->Reset();
+        if (!w.replay) {
+          r.token_b = TokenBudget(r);  // fixed for the token's whole loop
+          if (r.policy) r.policy->Reset(), r.policy->SetBudget(r.token_b);
+        }
         items_.push_back(Item(w));
       }
       return runner_->Prelude(items_);
@@ -213,6 +241,7 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
 Status Engine::Step() {
   events_.clear();
   const double t0 = Now();
+  if (opt_.budget_control) UpdateBudget(t0);
   sched_.Schedule(&plan_);
   const double t1 = Now();
   if (plan_.empty())
@@ -222,11 +251,13 @@ Status Engine::Step() {
   const double t2 = Now();
   sched_.Update(plan_, outcome_, &events_);
   const double t3 = Now();
+  Account(t3);
   for (const TokenEvent& e : events_) {
     if (e.token >= 0) ++stats_.output_tokens;
     if (plan_.stage == Stage::kCoda && e.token >= 0) ++stats_.decode_tokens, stats_.depth_sum += e.depth;
     if (e.finish != FinishReason::kNone) ReleaseKv(e.req);
   }
+  Observe(plan_, t2 - t1);
   StageStats& st = stats_.stage[static_cast<int>(plan_.stage)];
   ++st.runs;
   if (plan_.stage == Stage::kPrefill)
@@ -238,7 +269,102 @@ Status Engine::Step() {
   stats_.preemptions = sched_.preemptions();
   stats_.schedule_seconds += (t1 - t0) + (t3 - t2);
   stats_.seconds += t3 - t0;
+  // Drain rates over engine time, decayed with a 10 s time constant.
+  const double keep = std::exp(-(t3 - t0) / 10.0);
+  drain_s_ = drain_s_ * keep + (t3 - t0);
+  drain_prompt_ *= keep;
+  drain_finished_ *= keep;
+  if (plan_.stage == Stage::kPrefill)
+    for (const PrefillWork& c : plan_.chunks) drain_prompt_ += static_cast<double>(c.n);
+  for (const TokenEvent& e : events_) drain_finished_ += e.finish != FinishReason::kNone ? 1 : 0;
   return Status::Ok();
+}
+
+// Per-token budgets, per-tier counts and deadline misses for this step's events.
+void Engine::Account(double now) {
+  for (const TokenEvent& e : events_) {
+    Req& r = At(e.req);
+    TierStats& t = stats_.tier[TierRank(r.spec.tier)];
+    if (e.token >= 0) {
+      const bool decode = plan_.stage == Stage::kCoda;
+      r.budgets.push_back(decode ? static_cast<float>(r.token_b) : 1.f);
+      ++t.tokens;
+      if (decode) ++t.decode_tokens, t.depth_sum += e.depth, t.budget_sum += r.token_b;
+    }
+    if (e.finish != FinishReason::kNone && e.finish != FinishReason::kCancelled && now > r.deadline)
+      ++t.deadline_misses, ++stats_.deadline_misses;
+  }
+}
+
+// Feeds the step-latency fits: rows and the context tokens they attend to.
+void Engine::Observe(const Plan& plan, double seconds) {
+  if (plan.stage != Stage::kCore && plan.stage != Stage::kPrelude && plan.stage != Stage::kCoda) return;
+  double ctx = 0;
+  for (const WorkItem& w : plan.items) ctx += static_cast<double>(w.pos + 1);
+  const auto rows = static_cast<double>(plan.items.size());
+  (plan.stage == Stage::kCore ? core_latency_ : edge_latency_).Add(rows, ctx, seconds);
+}
+
+// Time request `id` needs to finish from now, at full depth and at minimum depth: the rest
+// of its prompt at the measured prefill rate, then its remaining tokens at the predicted
+// time of one token iteration (prelude + depth core steps + coda) for the running batch
+// (`rows` decoding requests attending to `ctx` tokens; rounds of `width` when more
+// requests run than there are slots).
+TimeNeed Engine::Need(RequestId id, double now, double rows, double ctx) const {
+  const SchedRequestState& s = sched_.request(id);
+  const Req& r = reqs_[id];
+  rows = std::max(rows, 1.0);
+  const double rounds = std::ceil(rows / opt_.width), batch = std::min(rows, static_cast<double>(opt_.width));
+  const double edge = 2 * edge_latency_.Predict(batch, ctx / rounds);
+  const double core = core_latency_.Predict(batch, ctx / rounds);
+  const StageStats& pf = stats_.stage[static_cast<int>(Stage::kPrefill)];
+  const double prefill =
+      pf.rows > 0 ? static_cast<double>(s.spec.prompt_len - s.prefilled) * pf.seconds / static_cast<double>(pf.rows) : 0;
+  const auto left_tokens = static_cast<double>(s.spec.max_tokens - static_cast<int32_t>(s.tokens.size()));
+  const int32_t min_depth = std::max(r.spec.exit.min_depth, MinExitDepth(opt_.lookahead));
+  TimeNeed t;
+  t.left_s = r.deadline - now;
+  t.full_s = prefill + left_tokens * rounds * (edge + core * std::max(r.loops, 1));
+  t.min_s = prefill + left_tokens * rounds * (edge + core * std::min(std::max(r.loops, 1), min_depth));
+  return t;
+}
+
+void Engine::NoticeReclaim(double seconds) { reclaim_at_ = std::min(reclaim_at_, Now() + std::max(seconds, 0.0)); }
+
+// Fills the Pressure from the scheduler's queues and the fits, and asks the controller.
+void Engine::UpdateBudget(double now) {
+  Pressure& p = pressure_;
+  p.deadlines.clear();
+  p.waiting_requests = static_cast<int64_t>(sched_.waiting().size());
+  p.waiting_prompt_tokens = 0;
+  for (RequestId id : sched_.waiting())
+    p.waiting_prompt_tokens += sched_.request(id).spec.prompt_len - sched_.request(id).prefilled;
+  p.prompt_tokens_per_s = drain_s_ > 0 ? drain_prompt_ / drain_s_ : 0;
+  p.requests_per_s = drain_s_ > 0 ? drain_finished_ / drain_s_ : 0;
+  p.free_blocks = sched_.free_blocks();
+  p.needed_blocks = 0;
+  TimeNeed all{reclaim_at_ - now, 0, 0};
+  double rows = 0, ctx = 0;
+  for (const auto* q : {&sched_.ready(), &sched_.looping(), &sched_.exited()})
+    for (RequestId o : *q) rows += 1, ctx += static_cast<double>(sched_.request(o).kv_len);
+  const auto& blocks_for = sched_.config().blocks_for;
+  for (const auto* q : {&sched_.waiting(), &sched_.ready(), &sched_.looping(), &sched_.exited()})
+    for (RequestId id : *q) {
+      const SchedRequestState& s = sched_.request(id);
+      const int64_t final_len = s.spec.prompt_len + s.spec.max_tokens - 1;
+      p.needed_blocks += blocks_for(s.spec.prompt_len, final_len) -
+                         (s.kv_len > 0 ? blocks_for(s.spec.prompt_len, s.kv_len) : 0);
+      const TimeNeed t = Need(id, now, rows, ctx);
+      all.full_s = std::max(all.full_s, t.full_s);
+      all.min_s = std::max(all.min_s, t.min_s);
+      Req& r = At(id);
+      if (r.deadline == kNever) continue;
+      p.deadlines.push_back(t);
+      if (t.left_s < t.min_s && !r.hopeless) r.hopeless = true, ++stats_.deadline_hopeless;
+    }
+  if (reclaim_at_ < kNever) p.reclaim = all;
+  else p.reclaim.reset();
+  decision_ = controller_.Decide(p);
 }
 
 Status Engine::RunToCompletion() {

@@ -14,11 +14,14 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "budget/budget.h"
+#include "budget/latency_model.h"
 #include "core/status.h"
 #include "exec/exit_spec.h"
 #include "exec/backend.h"
@@ -47,6 +50,13 @@ struct EngineOptions {
   int32_t shared_after = 1;
   size_t kv_bytes = 0;           // KV pool; 0: 4096 blocks
   int32_t block_size = 16;
+  // The budget controller (src/budget/budget.h, issue 14). Off: a token's budget is its
+  // request's fixed budget or budget trace, else its tier's clamp of b = 1 (today's
+  // outputs). On: b is recomputed before every step from the engine's own pressure
+  // (deadlines, queue, KV headroom, a reclaim notice) and step-latency fit.
+  bool budget_control = false;
+  BudgetConfig budget;
+  WaitOrder wait_order = WaitOrder::kTierDeadline;
 };
 
 struct RequestSpec {
@@ -60,6 +70,14 @@ struct RequestSpec {
   int32_t loops = 0;            // 0: the engine's max_depth
   ExitSpec exit;
   std::optional<uint64_t> init_seed;  // Huginn's random initial state
+  // Budget (issue 14). Decode token i runs under budget_trace[i] if given (the last entry
+  // repeats; scripted runs and tests), else under `budget` if set, else under the
+  // controller's b clamped to the tier's range. The first token (from the prompt's
+  // prefill, at full depth) counts as b = 1.
+  std::optional<double> budget;
+  std::vector<float> budget_trace;
+  ServiceTier tier = ServiceTier::kDefault;
+  double deadline_s = 0;  // seconds after AddRequest to finish by; 0: none
 };
 
 struct StageStats {
@@ -67,10 +85,20 @@ struct StageStats {
   double seconds = 0;
 };
 
+struct TierStats {
+  int64_t requests = 0, tokens = 0;          // added; output tokens
+  int64_t decode_tokens = 0, depth_sum = 0;  // tokens from the coda and their loop steps
+  int64_t deadline_misses = 0;               // finished after their deadline
+  double budget_sum = 0;                     // over decode tokens
+};
+
 struct EngineStats {
   StageStats stage[5];         // indexed by Stage
   int64_t steps = 0, output_tokens = 0, decode_tokens = 0, depth_sum = 0, preemptions = 0;
   double seconds = 0, schedule_seconds = 0;  // total Step() time; Schedule + Update time
+  TierStats tier[kNumServiceTiers];          // indexed by TierRank
+  int64_t deadline_misses = 0;   // requests that finished after their deadline (all tiers)
+  int64_t deadline_hopeless = 0; // of those with a deadline: found unmeetable even at b = 0
 };
 
 class Engine {
@@ -98,19 +126,38 @@ class Engine {
   const Plan& last_plan() const { return plan_; }
   const KvManager& kv() const { return *kv_; }
   int32_t max_depth() const { return max_depth_; }
+  // The budget: the controller's last decision (b = 1 when budget_control is off), and per
+  // request the budget each output token ran under (one entry per token, like depths).
+  const BudgetDecision& budget() const { return decision_; }
+  const std::vector<float>& token_budgets(RequestId id) const { return reqs_[id].budgets; }
+  // A reclaim notice: the machine goes away in `seconds`. From the next step b falls so that
+  // the requests in flight finish in time (BudgetConfig::reclaim_safety of it).
+  void NoticeReclaim(double seconds);
+  bool reclaim_noticed() const { return reclaim_at_ < kNever; }
 
  private:
+  static constexpr double kNever = std::numeric_limits<double>::infinity();
   struct Req {
     RequestSpec spec;
     int32_t loops = 0;
     std::unique_ptr<Sampler> sampler;
     std::unique_ptr<ExitPolicy> policy;
     KvManager::SeqId seq = -1;
+    double deadline = kNever;    // absolute, on the engine's clock
+    bool hopeless = false;       // found unmeetable even at b = 0 (counted once)
+    double token_b = 1;          // the budget of the decode token in flight
+    int64_t decode_index = 0;    // decode tokens started (indexes budget_trace)
+    std::vector<float> budgets;  // per output token
   };
   Engine(const Model& model, const EngineOptions& opt, int32_t max_depth, std::unique_ptr<KvManager> kv);
   Status Execute(const Plan& plan, Outcome* out);
   void ReleaseKv(RequestId id);
   DecodeItem Item(const WorkItem& w);
+  double TokenBudget(Req& r);
+  void UpdateBudget(double now);
+  TimeNeed Need(RequestId id, double now, double rows, double ctx) const;
+  void Observe(const Plan& plan, double seconds);
+  void Account(double now);
 
   Req& At(RequestId id) { return reqs_[id]; }
 
@@ -122,6 +169,15 @@ class Engine {
   Scheduler sched_;
   RequestTable<Req> reqs_;  // the same ids as the scheduler's
   EngineStats stats_;
+  // The budget controller and what it predicts with: a step-latency fit for core steps
+  // and one for prelude / coda steps; decayed drain rates (prompt tokens and finished
+  // requests per second of engine time).
+  BudgetController controller_;
+  BudgetDecision decision_;
+  Pressure pressure_;
+  StepLatencyModel core_latency_, edge_latency_;
+  double drain_s_ = 0, drain_prompt_ = 0, drain_finished_ = 0;
+  double reclaim_at_ = kNever;
   // Reused every step.
   Plan plan_;
   Outcome outcome_;

@@ -48,6 +48,9 @@ struct DecodeItem {
   // Coda: sampling (greedy if sampler is null).
   Sampler* sampler = nullptr;
   SamplingParams sampling;
+  // The budget b this token runs under (src/budget/budget.h), for per-token gates that read
+  // it (layer skip, head pruning: issue 18). Today's runner does not read it.
+  float budget = 1.f;
 };
 
 struct CoreStepResult {

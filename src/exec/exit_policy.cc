@@ -8,7 +8,7 @@ bool CumulativeHazardExit::ShouldExit(int32_t, const StepSignal& s) {
   const double lambda = s.gate_lambda;
   cdf_ += lambda * survive_;
   survive_ *= 1.0 - lambda;
-  return cdf_ >= q_;
+  return cdf_ >= q_b_;
 }
 
 std::string CumulativeHazardExit::Describe() const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -16,10 +17,24 @@ struct StepSignal {
   float kl = 0.f;           // Huginn: KL(p_{r-1} || p_r), successive predictions, p_0 uniform
 };
 
+// The budget b ∈ [0, 1] (src/budget/budget.h) moves a signal policy's threshold so that a
+// lower budget exits earlier, monotonically, and b = 1 gives the request's own threshold
+// exactly (bit for bit: q·1 and t/1). Ouro exits once the cumulative exit probability
+// reaches q(b) = q·b (b = 0: at the first step allowed); Huginn exits once the latent
+// change (or the KL) falls below threshold(b) = t / b (b = 0: +inf, the first step
+// allowed). The minimum depth (MinDepthExit) and the request's loop count (the runner's
+// depth cap) hold at every b. Replayed, fixed and seeded depths ignore b.
+inline double HazardThresholdAt(double q, double b) { return q * b; }
+inline double SignalThresholdAt(double t, double b) {
+  return b > 0 ? t / b : std::numeric_limits<double>::infinity();
+}
+
 class ExitPolicy {
  public:
   virtual ~ExitPolicy() = default;
   virtual void Reset() = 0;  // before each token
+  // After Reset, before the token's first step: the budget the token runs under.
+  virtual void SetBudget(double /*b*/) {}
   // True when the token exits after step `step` (1-based). The runner exits at the last
   // step regardless.
   virtual bool ShouldExit(int32_t step, const StepSignal& s) = 0;
@@ -31,38 +46,41 @@ class ExitPolicy {
 // p_t = lambda_t * prod_{j<t} (1 - lambda_j) (not a per-step threshold on lambda).
 class CumulativeHazardExit final : public ExitPolicy {
  public:
-  explicit CumulativeHazardExit(double q) : q_(q) {}
-  void Reset() override { survive_ = 1.0, cdf_ = 0.0; }
+  explicit CumulativeHazardExit(double q) : q_(q), q_b_(q) {}
+  void Reset() override { survive_ = 1.0, cdf_ = 0.0, q_b_ = q_; }
+  void SetBudget(double b) override { q_b_ = HazardThresholdAt(q_, b); }
   bool ShouldExit(int32_t step, const StepSignal& s) override;
   std::string Describe() const override;
 
  private:
-  double q_, survive_ = 1.0, cdf_ = 0.0;
+  double q_, q_b_, survive_ = 1.0, cdf_ = 0.0;  // q_b_: this token's q(b)
 };
 
 // Huginn: exit once the latent state changes by less than `threshold` (relative), or once
 // the KL divergence between successive steps' predictions is below `threshold`.
 class LatentDiffExit final : public ExitPolicy {
  public:
-  explicit LatentDiffExit(double threshold) : t_(threshold) {}
-  void Reset() override {}
-  bool ShouldExit(int32_t, const StepSignal& s) override { return s.latent_diff < t_; }
+  explicit LatentDiffExit(double threshold) : t_(threshold), t_b_(threshold) {}
+  void Reset() override { t_b_ = t_; }
+  void SetBudget(double b) override { t_b_ = SignalThresholdAt(t_, b); }
+  bool ShouldExit(int32_t, const StepSignal& s) override { return s.latent_diff < t_b_; }
   std::string Describe() const override;
 
  private:
-  double t_;
+  double t_, t_b_;  // t_b_: this token's threshold(b)
 };
 
 class KlExit final : public ExitPolicy {
  public:
-  explicit KlExit(double threshold) : t_(threshold) {}
-  void Reset() override {}
-  bool ShouldExit(int32_t, const StepSignal& s) override { return s.kl < t_; }
+  explicit KlExit(double threshold) : t_(threshold), t_b_(threshold) {}
+  void Reset() override { t_b_ = t_; }
+  void SetBudget(double b) override { t_b_ = SignalThresholdAt(t_, b); }
+  bool ShouldExit(int32_t, const StepSignal& s) override { return s.kl < t_b_; }
   bool needs_kl() const override { return true; }
   std::string Describe() const override;
 
  private:
-  double t_;
+  double t_, t_b_;
 };
 
 // A signal policy that may not exit before `min_depth` loop steps (the serving API's
@@ -74,6 +92,7 @@ class MinDepthExit final : public ExitPolicy {
   MinDepthExit(std::unique_ptr<ExitPolicy> inner, int32_t min_depth, int32_t ahead)
       : inner_(std::move(inner)), min_depth_(min_depth), ahead_(ahead) {}
   void Reset() override { inner_->Reset(); }
+  void SetBudget(double b) override { inner_->SetBudget(b); }
   bool ShouldExit(int32_t step, const StepSignal& s) override {
     const bool inner = inner_->ShouldExit(step, s);
     return inner && step + ahead_ >= min_depth_;

@@ -1,0 +1,311 @@
+// What the budget drives in the engine (issue 14): exit thresholds as functions of b, on
+// tiny Ouro and Huginn checkpoints. At b = 1 outputs equal today's; a constant budget b
+// gives exactly the exits of the threshold threshold(b); under per-token budget traces the
+// batched run equals each request run alone under its trace; b = 0 exits at the minimum
+// depth; the controller under a reclaim notice, tiers' floors, deadline misses.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <map>
+#include <memory>
+#include <random>
+
+#include "engine/engine.h"
+#include "exec/exit_policy.h"
+#include "model/test_util.h"
+
+namespace fathom {
+namespace {
+
+struct Loaded {
+  testing::TempDir dir;
+  std::unique_ptr<Model> model;
+};
+
+const Model& Tiny(const std::string& family) {
+  static std::map<std::string, std::unique_ptr<Loaded>> cache;
+  omp_set_num_threads(1);
+  auto& slot = cache[family];
+  if (!slot) {
+    slot = std::make_unique<Loaded>();
+    testing::MakeTinyModel(family, slot->dir / "model", DType::kF32);
+    auto m = Model::Load(slot->dir / "model");
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    slot->model = std::move(m).value();
+  }
+  return *slot->model;
+}
+
+// Thresholds in the middle of each model's signal range, so that budgets move exits.
+double Threshold(const ModelSpec& spec) { return spec.loop.exit_signal == ExitSignal::kGateHazard ? 0.5 : 0.05; }
+
+std::vector<RequestSpec> Requests(const ModelSpec& spec, int n, uint64_t seed) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::vector<RequestSpec> out;
+  for (int i = 0; i < n; ++i) {
+    RequestSpec r;
+    r.prompt.resize(1 + rng() % 12);
+    for (int32_t& t : r.prompt) t = static_cast<int32_t>(rng() % spec.vocab);
+    r.max_tokens = 2 + static_cast<int32_t>(rng() % 8);
+    r.seed = rng();
+    r.stop_at_eos = false;
+    if (i % 4 == 3) r.sampling.temperature = 0.8f;
+    r.loops = 4;
+    r.exit.kind = ExitSpec::Kind::kThreshold;
+    r.exit.threshold = Threshold(spec);
+    out.push_back(r);
+  }
+  return out;
+}
+
+struct Out {
+  std::vector<int32_t> tokens, depths;
+  std::vector<float> budgets;
+};
+
+std::vector<Out> RunAll(const Model& m, const std::vector<RequestSpec>& reqs, SchedMode mode, int32_t width,
+                     EngineOptions opt = {}) {
+  opt.mode = mode;
+  opt.width = width;
+  opt.max_depth = 4;
+  opt.prefill_budget = 16;
+  auto e = Engine::Create(m, opt);
+  EXPECT_TRUE(e.ok()) << e.status().message();
+  std::vector<RequestId> ids;
+  for (const RequestSpec& r : reqs) {
+    auto id = (*e)->AddRequest(r);
+    EXPECT_TRUE(id.ok()) << id.status().message();
+    ids.push_back(*id);
+  }
+  Status s = (*e)->RunToCompletion();
+  EXPECT_TRUE(s.ok()) << s.message();
+  std::vector<Out> out;
+  for (RequestId id : ids)
+    out.push_back({(*e)->request(id).tokens, (*e)->request(id).depths, (*e)->token_budgets(id)});
+  return out;
+}
+
+int64_t DepthSum(const std::vector<Out>& v) {
+  int64_t s = 0;
+  for (const Out& o : v)
+    for (size_t i = 1; i < o.depths.size(); ++i) s += o.depths[i];  // decode tokens only
+  return s;
+}
+
+TEST(BudgetThreshold, PoliciesExitEarlierAtLowerBudgetAndUnchangedAtOne) {
+  const std::vector<float> lambdas = {0.1f, 0.15f, 0.2f, 0.3f, 0.5f, 0.9f};
+  const std::vector<float> diffs = {0.5f, 0.4f, 0.3f, 0.2f, 0.1f, 0.05f};
+  auto exit_step = [](ExitPolicy& p, double b, bool set, const std::vector<float>& xs, bool hazard) {
+    p.Reset();
+    if (set) p.SetBudget(b);
+    for (size_t i = 0; i < xs.size(); ++i) {
+      StepSignal s;
+      (hazard ? s.gate_lambda : s.latent_diff) = xs[i];
+      if (p.ShouldExit(static_cast<int32_t>(i + 1), s)) return static_cast<int32_t>(i + 1);
+    }
+    return static_cast<int32_t>(xs.size());
+  };
+  CumulativeHazardExit ouro(0.6);
+  LatentDiffExit huginn(0.08);
+  MinDepthExit floor3(std::make_unique<LatentDiffExit>(0.08), 3, 0);
+  EXPECT_EQ(exit_step(ouro, 1.0, true, lambdas, true), exit_step(ouro, 0, false, lambdas, true));
+  EXPECT_EQ(exit_step(huginn, 1.0, true, diffs, false), exit_step(huginn, 0, false, diffs, false));
+  int32_t prev_o = 1, prev_h = 1;
+  for (double b = 0; b <= 1.0001; b += 0.05) {
+    const int32_t o = exit_step(ouro, b, true, lambdas, true), h = exit_step(huginn, b, true, diffs, false);
+    EXPECT_GE(o, prev_o) << "b " << b;
+    EXPECT_GE(h, prev_h) << "b " << b;
+    // What threshold(b) gives, computed from the signals directly.
+    double cdf = 0, survive = 1;
+    int32_t want_o = 6, want_h = 6;
+    for (int i = 5; i >= 0; --i)
+      if (diffs[i] < SignalThresholdAt(0.08, b)) want_h = i + 1;
+    for (int i = 0; i < 6; ++i) {
+      cdf += lambdas[i] * survive, survive *= 1 - lambdas[i];
+      if (cdf >= HazardThresholdAt(0.6, b)) {
+        want_o = i + 1;
+        break;
+      }
+    }
+    EXPECT_EQ(o, want_o) << "b " << b;
+    EXPECT_EQ(h, std::min(want_h, 6)) << "b " << b;
+    prev_o = o, prev_h = h;
+  }
+  EXPECT_EQ(exit_step(ouro, 0, true, lambdas, true), 1);
+  EXPECT_GT(exit_step(ouro, 1, true, lambdas, true), 1);
+  EXPECT_EQ(exit_step(huginn, 0, true, diffs, false), 1);
+  EXPECT_EQ(exit_step(floor3, 0, true, diffs, false), 3);  // the minimum depth holds at b = 0
+  // Reset restores the request's own threshold for a token with no budget set.
+  EXPECT_EQ(exit_step(huginn, 0, true, diffs, false), 1);
+  EXPECT_EQ(exit_step(huginn, 0, false, diffs, false), exit_step(huginn, 1, true, diffs, false));
+}
+
+class BudgetEngine : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BudgetEngine, FullBudgetEqualsToday) {
+  const Model& m = Tiny(GetParam());
+  const std::vector<RequestSpec> base = Requests(m.spec(), 10, 1);
+  std::vector<RequestSpec> full = base;
+  for (size_t i = 0; i < full.size(); ++i) {
+    if (i % 3 == 0) full[i].budget = 1.0;
+    if (i % 3 == 1) full[i].budget_trace = {1.f, 1.f};
+    if (i % 3 == 2) full[i].tier = ServiceTier::kFlex;  // b = 1 with the controller off
+  }
+  const std::vector<Out> a = RunAll(m, base, SchedMode::kCdbRefill, 4), b = RunAll(m, full, SchedMode::kCdbRefill, 4);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << i;
+    EXPECT_EQ(a[i].depths, b[i].depths) << i;
+    EXPECT_EQ(b[i].budgets, std::vector<float>(b[i].tokens.size(), 1.f)) << i;
+  }
+}
+
+TEST_P(BudgetEngine, ConstantBudgetGivesTheExitsOfThresholdOfB) {
+  const Model& m = Tiny(GetParam());
+  const bool hazard = m.spec().loop.exit_signal == ExitSignal::kGateHazard;
+  const std::vector<RequestSpec> base = Requests(m.spec(), 8, 2);
+  const int64_t full_depths = DepthSum(RunAll(m, base, SchedMode::kCdbRefill, 4));
+  int64_t prev = full_depths;
+  for (double b : {0.8, 0.5, 0.25, 0.0}) {
+    std::vector<RequestSpec> budgeted = base, scaled = base;
+    for (size_t i = 0; i < base.size(); ++i) {
+      budgeted[i].budget = b;
+      const double t = base[i].exit.threshold;
+      scaled[i].exit.threshold = hazard ? HazardThresholdAt(t, b) : SignalThresholdAt(t, b);
+    }
+    const std::vector<Out> got = RunAll(m, budgeted, SchedMode::kCdbRefill, 4);
+    const std::vector<Out> want = RunAll(m, scaled, SchedMode::kCdbRefill, 4);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << "b " << b << " request " << i;
+      EXPECT_EQ(got[i].depths, want[i].depths) << "b " << b << " request " << i;
+      ASSERT_EQ(got[i].budgets.size(), got[i].tokens.size());
+      EXPECT_EQ(got[i].budgets[0], 1.f);  // the prefill's token
+      for (size_t k = 1; k < got[i].budgets.size(); ++k) EXPECT_EQ(got[i].budgets[k], static_cast<float>(b));
+      if (b == 0) {
+        for (size_t k = 1; k < got[i].depths.size(); ++k) EXPECT_EQ(got[i].depths[k], 1) << i;
+      }
+    }
+    const int64_t d = DepthSum(got);
+    EXPECT_LE(d, prev) << "b " << b;  // the same prompts: depth falls with b overall
+    prev = d;
+  }
+  EXPECT_LT(prev, full_depths) << "budgets never moved an exit";
+}
+
+TEST_P(BudgetEngine, BatchedEqualsAloneUnderBudgetTraces) {
+  const Model& m = Tiny(GetParam());
+  std::vector<RequestSpec> reqs = Requests(m.spec(), 14, 3);
+  std::mt19937 rng(7);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    for (int k = 0; k < 6; ++k) reqs[i].budget_trace.push_back(static_cast<float>(rng() % 5) / 4.f);
+    if (i % 5 == 2) reqs[i].exit.min_depth = 2;
+  }
+  for (SchedMode mode : {SchedMode::kCdbRefill, SchedMode::kCdbNoRefill}) {
+    const std::vector<Out> batched = RunAll(m, reqs, mode, 4);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const Out alone = RunAll(m, {reqs[i]}, SchedMode::kCdbRefill, 1)[0];
+      EXPECT_EQ(batched[i].tokens, alone.tokens) << i;
+      EXPECT_EQ(batched[i].depths, alone.depths) << i;
+      EXPECT_EQ(batched[i].budgets, alone.budgets) << i;
+      for (size_t k = 1; k < alone.budgets.size(); ++k) {
+        const size_t t = std::min(k - 1, reqs[i].budget_trace.size() - 1);
+        EXPECT_EQ(alone.budgets[k], reqs[i].budget_trace[t]) << i;
+        if (reqs[i].budget_trace[t] == 0.f) {
+          EXPECT_EQ(alone.depths[k], std::max(reqs[i].exit.min_depth, 1)) << i;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Looped, BudgetEngine, ::testing::Values("ouro", "huginn"));
+
+TEST(BudgetEngine, ReclaimNoticeDropsBudgetsToTheTiersFloors) {
+  const Model& m = Tiny("ouro");
+  EngineOptions opt;
+  opt.budget_control = true;
+  opt.mode = SchedMode::kCdbRefill;
+  opt.width = 4;
+  opt.max_depth = 4;
+  auto e = Engine::Create(m, opt);
+  ASSERT_TRUE(e.ok());
+  std::vector<RequestSpec> reqs = Requests(m.spec(), 6, 4);
+  std::vector<RequestId> ids;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].max_tokens = 12;
+    reqs[i].tier = i % 2 ? ServiceTier::kPriority : ServiceTier::kFlex;
+    ids.push_back((*e)->AddRequest(reqs[i]).value());
+  }
+  for (int i = 0; i < 30 && (*e)->HasWork(); ++i) ASSERT_TRUE((*e)->Step().ok());
+  std::vector<size_t> before;
+  for (RequestId id : ids) before.push_back((*e)->token_budgets(id).size());
+  (*e)->NoticeReclaim(0);  // the machine goes now: nothing fits, b = 0
+  EXPECT_TRUE((*e)->reclaim_noticed());
+  ASSERT_TRUE((*e)->RunToCompletion().ok());
+  EXPECT_EQ((*e)->budget().b, 0.0);
+  EXPECT_EQ((*e)->budget().reclaim, 0.0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::vector<float>& b = (*e)->token_budgets(ids[i]);
+    const std::vector<int32_t>& d = (*e)->request(ids[i]).depths;
+    ASSERT_GT(b.size(), before[i] + 1) << "request " << i << " had no tokens left after the notice";
+    // The first token after the notice may have started before it; every later one ran at
+    // the tier's floor (flex 0: minimum depth; priority 0.8).
+    for (size_t k = before[i] + 1; k < b.size(); ++k) {
+      EXPECT_EQ(b[k], i % 2 ? 0.8f : 0.f) << "request " << i << " token " << k;
+      if (i % 2 == 0) {
+        EXPECT_EQ(d[k], 1) << "request " << i << " token " << k;
+      }
+    }
+    EXPECT_EQ((*e)->request(ids[i]).tokens.size(), 12u);  // everything in flight is served
+  }
+}
+
+TEST(BudgetEngine, MissedDeadlinesAreServedAndCounted) {
+  const Model& m = Tiny("ouro");
+  for (bool control : {false, true}) {
+    EngineOptions opt;
+    opt.budget_control = control;
+    opt.max_depth = 4;
+    auto e = Engine::Create(m, opt);
+    ASSERT_TRUE(e.ok());
+    std::vector<RequestSpec> reqs = Requests(m.spec(), 3, 5);
+    reqs[0].deadline_s = 1e-9;  // already late: unmeetable even at b = 0
+    reqs[0].max_tokens = 10;
+    reqs[0].tier = ServiceTier::kFlex;
+    reqs[1].deadline_s = 3600;
+    std::vector<RequestId> ids;
+    for (const RequestSpec& r : reqs) ids.push_back((*e)->AddRequest(r).value());
+    ASSERT_TRUE((*e)->RunToCompletion().ok());
+    EXPECT_EQ((*e)->request(ids[0]).tokens.size(), 10u);
+    EXPECT_EQ((*e)->stats().deadline_misses, 1);
+    EXPECT_EQ((*e)->stats().tier[TierRank(ServiceTier::kFlex)].deadline_misses, 1);
+    EXPECT_EQ((*e)->stats().tier[TierRank(ServiceTier::kFlex)].requests, 1);
+    EXPECT_EQ((*e)->stats().tier[TierRank(ServiceTier::kDefault)].requests, 2);
+    // The controller found it hopeless and did not let it pin b to 0 for the others.
+    if (control) {
+      EXPECT_EQ((*e)->stats().deadline_hopeless, 1);
+      for (float b : (*e)->token_budgets(ids[1])) EXPECT_GT(b, 0.f);
+    }
+  }
+}
+
+TEST(BudgetEngine, BadBudgetFieldsAreNamed) {
+  const Model& m = Tiny("ouro");
+  auto e = Engine::Create(m, EngineOptions{});
+  ASSERT_TRUE(e.ok());
+  RequestSpec r;
+  r.prompt = {1, 2};
+  r.budget = 1.5;
+  EXPECT_NE((*e)->AddRequest(r).status().message().find("budget:"), std::string::npos);
+  r.budget.reset();
+  r.budget_trace = {0.5f, -0.1f};
+  EXPECT_NE((*e)->AddRequest(r).status().message().find("budget_trace[1]"), std::string::npos);
+  r.budget_trace.clear();
+  r.deadline_s = -1;
+  EXPECT_NE((*e)->AddRequest(r).status().message().find("deadline"), std::string::npos);
+  EngineOptions bad;
+  bad.budget.tiers[0] = {0.9, 0.2};
+  EXPECT_NE(Engine::Create(m, bad).status().message().find("tier priority"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fathom
