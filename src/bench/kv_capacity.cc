@@ -31,16 +31,17 @@ int32_t TokenAt(int64_t seq, int64_t pos, int64_t vocab) {
 }
 
 // The median decode step (prelude over every layer, head) of `batch` sequences at `context`.
-Result<Times> DecodeStep(const Model& model, int32_t batch, int64_t context, int reps, int32_t block) {
+Result<Times> DecodeStep(const Model& model, int32_t batch, int64_t context, int reps, int32_t block,
+                         DType kv_dtype) {
   const ModelSpec& spec = model.spec();
   FATHOM_ASSIGN_OR_RETURN(KvLayerTable table, KvLayerTable::Build(KvShapeOf(spec, 1), KvLayout::kLastExited, 1));
   const int64_t per_seq = table.num_physical_layers() * ((context + 1 + block - 1) / block);
-  FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, 1, KvLayout::kLastExited, 1, per_seq * batch, block));
+  FATHOM_ASSIGN_OR_RETURN(auto kv,
+                          MakeKvManager(spec, 1, KvLayout::kLastExited, 1, per_seq * batch, block, kv_dtype));
   BlockPool& pool = kv->pool();
   // A block's K and V rows are one stride apart from the next block's: one memset touches
   // the whole pool before timing.
-  const size_t floats = static_cast<size_t>(pool.num_blocks() * pool.block_stride_floats());
-  std::memset(pool.k_base(), 0, floats * sizeof(float));
+  std::memset(pool.k_data(), 0, pool.bytes_total());
   StageRunner runner(model, *kv, batch);
   std::vector<DecodeItem> items(static_cast<size_t>(batch));
   for (int32_t b = 0; b < batch; ++b) {
@@ -74,7 +75,8 @@ Result<Times> PrefillTime(const Model& model, const KvCapacityOptions& opt) {
   for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = TokenAt(1, i, spec.vocab);
   FATHOM_ASSIGN_OR_RETURN(KvLayerTable table, KvLayerTable::Build(KvShapeOf(spec, 1), KvLayout::kLastExited, 1));
   const int64_t blocks = table.num_physical_layers() * ((n + opt.block_size - 1) / opt.block_size);
-  FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, 1, KvLayout::kLastExited, 1, blocks, opt.block_size));
+  FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, 1, KvLayout::kLastExited, 1, blocks, opt.block_size,
+                                                 opt.kv_dtype));
   StageRunner runner(model, *kv, 1);
   const KvManager::SeqId seq = kv->AddSequence(n);
   if (!kv->Grow(seq, n)) return Status::Error("internal: KV pool too small for the prompt");
@@ -104,10 +106,11 @@ Result<KvCapacityResult> MeasureKvCapacity(const Model& model, const KvCapacityO
                          ") exceeds the model's " + std::to_string(model.rope().max_positions()) + " positions");
   KvCapacityResult r;
   r.layers = static_cast<int32_t>(spec.layers.size());
-  FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, 1, KvLayout::kLastExited, 1, 1, opt.block_size));
+  FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, 1, KvLayout::kLastExited, 1, 1, opt.block_size,
+                                                 opt.kv_dtype));
   r.kv_layers = kv->table().num_physical_layers();
-  r.bytes_per_token = static_cast<int64_t>(r.kv_layers) * 2 * spec.kv_dim() * static_cast<int64_t>(sizeof(float));
-  r.blocks = BlockPool::BlocksForBudget(opt.kv_bytes, opt.block_size, spec.kv_dim());
+  r.bytes_per_token = static_cast<int64_t>(r.kv_layers) * 2 * spec.kv_dim() * static_cast<int64_t>(DTypeSize(opt.kv_dtype));
+  r.blocks = BlockPool::BlocksForBudget(opt.kv_bytes, opt.block_size, spec.kv_dim(), opt.kv_dtype);
   const int64_t len = opt.prompt + opt.output;
   r.blocks_per_sequence = kv->BlocksFor(opt.prompt, len);
   r.max_batch = static_cast<int32_t>(r.blocks / r.blocks_per_sequence);
@@ -119,11 +122,12 @@ Result<KvCapacityResult> MeasureKvCapacity(const Model& model, const KvCapacityO
   batches.push_back(r.max_batch);
   std::sort(batches.begin(), batches.end());
   batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
-  const size_t block_bytes = BlockPool::BytesPerBlock(opt.block_size, spec.kv_dim());
+  const size_t block_bytes = BlockPool::BytesPerBlock(opt.block_size, spec.kv_dim(), opt.kv_dtype);
   for (int32_t b : batches) {
     DecodePoint p;
     p.batch = b;
-    FATHOM_ASSIGN_OR_RETURN(Times t, DecodeStep(model, b, opt.prompt + opt.output / 2, opt.reps, opt.block_size));
+    FATHOM_ASSIGN_OR_RETURN(Times t, DecodeStep(model, b, opt.prompt + opt.output / 2, opt.reps, opt.block_size,
+                                                                opt.kv_dtype));
     p.step_s = t.wall;
     p.step_cpu_s = t.cpu;
     p.tok_s = b / p.step_s;

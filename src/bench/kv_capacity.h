@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 #include "model/model.h"
 
@@ -26,6 +27,7 @@ struct KvCapacityOptions {
   int64_t prefill_tokens = 0;          // 0: no prefill timing; else one prompt this long
   int64_t prefill_chunk = 256;         // its chunks (the engine's default budget)
   int32_t block_size = 16;
+  DType kv_dtype = DType::kBF16;       // K/V storage, as EngineOptions::kv_dtype
 };
 
 // Times are wall seconds and, beside them, the process's CPU seconds: with one thread the

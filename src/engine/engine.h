@@ -22,6 +22,7 @@
 
 #include "budget/budget.h"
 #include "budget/latency_model.h"
+#include "core/dtype.h"
 #include "core/status.h"
 #include "exec/exit_spec.h"
 #include "exec/backend.h"
@@ -50,6 +51,9 @@ struct EngineOptions {
   int32_t shared_after = 1;
   size_t kv_bytes = 0;           // KV pool; 0: 4096 blocks
   int32_t block_size = 16;
+  // K/V storage: bf16 halves the bytes per token (twice the sequences per byte of
+  // kv_bytes, half the attention reads) at bf16 rounding of K and V; kF32 is exact.
+  DType kv_dtype = DType::kBF16;
   // The budget controller (src/budget/budget.h, issue 14). Off: a token's budget is its
   // request's fixed budget or budget trace, else its tier's clamp of b = 1 (today's
   // outputs). On: b is recomputed before every step from the engine's own pressure

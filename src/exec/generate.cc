@@ -71,7 +71,8 @@ Result<GenerateResult> Generate(const Model& model, const GenerateOptions& opt) 
   FATHOM_ASSIGN_OR_RETURN(KvLayerTable table, KvLayerTable::Build(KvShapeOf(spec, loops),
                                                                   opt.layout, opt.shared_after));
   const int64_t blocks = table.num_physical_layers() * ((total + block - 1) / block);
-  FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, loops, opt.layout, opt.shared_after, blocks, block));
+  FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, loops, opt.layout, opt.shared_after, blocks, block,
+                                                   opt.kv_dtype));
   StageRunner runner(model, *kv, 1);
   const KvManager::SeqId seq = kv->AddSequence(n_prompt);
   runner.AddSequence(seq, loops);

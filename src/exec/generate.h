@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 #include "exec/exit_policy.h"
 #include "kernels/sampling.h"
@@ -34,6 +35,7 @@ struct GenerateOptions {
   // KV layout; last-exited fills the slots an early exit skipped with the token's last state.
   KvLayout layout = KvLayout::kLastExited;
   int32_t shared_after = 1;  // first-then-shared: S
+  DType kv_dtype = DType::kBF16;  // K/V storage, as EngineOptions::kv_dtype
   // An external exit policy (e.g. ReplayExit, or the same policy kind a batched engine
   // uses); when set it replaces exit_threshold / criterion.
   std::shared_ptr<ExitPolicy> exit_policy;

@@ -23,10 +23,11 @@ KvModelShape KvShapeOf(const ModelSpec& spec, int32_t max_depth) {
 
 Result<std::unique_ptr<KvManager>> MakeKvManager(const ModelSpec& spec, int32_t max_depth,
                                                  KvLayout layout, int32_t shared_after,
-                                                 int64_t num_blocks, int32_t block_size) {
+                                                 int64_t num_blocks, int32_t block_size,
+                                                 DType kv_dtype) {
   FATHOM_ASSIGN_OR_RETURN(KvLayerTable table,
                           KvLayerTable::Build(KvShapeOf(spec, max_depth), layout, shared_after));
-  return std::make_unique<KvManager>(table, num_blocks, block_size, spec.kv_dim());
+  return std::make_unique<KvManager>(table, num_blocks, block_size, spec.kv_dim(), kv_dtype);
 }
 
 }  // namespace fathom

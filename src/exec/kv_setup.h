@@ -14,9 +14,11 @@ namespace fathom {
 // The stage shape of `spec` with loop steps 0..max_depth-1 (0 for a dense model).
 KvModelShape KvShapeOf(const ModelSpec& spec, int32_t max_depth);
 
-// A KV manager with `num_blocks` blocks of `block_size` token rows (kv_dim floats).
+// A KV manager with `num_blocks` blocks of `block_size` token rows (kv_dim values) of
+// `kv_dtype` (kF32 or kBF16).
 Result<std::unique_ptr<KvManager>> MakeKvManager(const ModelSpec& spec, int32_t max_depth,
                                                  KvLayout layout, int32_t shared_after,
-                                                 int64_t num_blocks, int32_t block_size = 16);
+                                                 int64_t num_blocks, int32_t block_size,
+                                                 DType kv_dtype);
 
 }  // namespace fathom

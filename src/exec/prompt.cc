@@ -16,7 +16,7 @@ Result<PrefillResult> RunPrompt(const Model& model, const std::vector<int32_t>& 
   FATHOM_ASSIGN_OR_RETURN(KvLayerTable table,
                           KvLayerTable::Build(KvShapeOf(spec, loops), opt.layout, 1));
   const int64_t blocks = table.num_physical_layers() * ((n + block - 1) / block);
-  FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, loops, opt.layout, 1, blocks, block));
+  FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, loops, opt.layout, 1, blocks, block, opt.kv_dtype));
   StageRunner runner(model, *kv, 1);
   const KvManager::SeqId seq = kv->AddSequence(n);
   if (!kv->Grow(seq, n)) return Status::Error("internal: KV pool too small for the prompt");

@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 #include "exec/stage_runner.h"
 #include "kv/kv_layout.h"
@@ -19,6 +20,7 @@ struct PromptOptions {
   bool record_signals = false;          // per-step exit signals of every position
   int64_t chunk = 0;                    // prefill chunk size; 0: the whole prompt at once
   KvLayout layout = KvLayout::kDepthIndexed;
+  DType kv_dtype = DType::kBF16;  // K/V storage, as EngineOptions::kv_dtype
 };
 
 // logits: [n, V]; with record_signals, gate_lambda / latent_diff: [loops, n].

@@ -79,13 +79,13 @@ void StageRunner::ResolveRows(std::vector<Row>& rows) {
   }
 }
 
-// Row r.pos of physical layer p (K, or V when `value`), through the resolved block table.
-float* StageRunner::KvRow(const Row& r, int32_t physical_layer, bool value) {
+// Through the resolved block table.
+void StageRunner::WriteKvRow(const Row& r, int32_t physical_layer, bool value, const float* src) {
   BlockPool& pool = kv_.pool();
   const int32_t bs = pool.block_size();
   const int32_t block = row_tables_[static_cast<size_t>(r.tables + physical_layer)][r.pos / bs];
   FATHOM_CHECK_MSG(block >= 0, "physical layer " << physical_layer << " stores no position " << r.pos);
-  return (value ? pool.v(block) : pool.k(block)) + (r.pos % bs) * pool.row_floats();
+  pool.WriteRow(block, static_cast<int32_t>(r.pos % bs), value, src);
 }
 
 Status StageRunner::CheckItems(const std::vector<DecodeItem>& items) const {
@@ -164,8 +164,8 @@ void StageRunner::Attend(int32_t layer, const std::vector<Row>& rows, const floa
     att_rows_.push_back(a);
   }
   const BlockPool& pool = kv_.pool();
-  const PagedKvView view{pool.k_base(), pool.v_base(), pool.block_stride_floats(),
-                         pool.row_floats(), pool.block_size()};
+  const PagedKvView view{pool.k_data(), pool.v_data(), pool.block_stride(),
+                         pool.row_floats(), pool.block_size(), pool.dtype()};
   const AttentionShape shape{s_.n_heads, s_.n_kv_heads, s_.head_dim,
                              1.f / std::sqrt(static_cast<float>(s_.head_dim))};
   PagedAttention(shape, view, att_rows_.data(), static_cast<int64_t>(att_rows_.size()), segs_.data());
@@ -211,8 +211,8 @@ void StageRunner::Block(int32_t layer, const std::vector<Row>& rows, float* x) {
     const Row& r = rows[static_cast<size_t>(i)];
     const int32_t wl = table_.WriteLayer(layer, r.step, r.phase);
     if (wl < 0) continue;  // a layer whose KV no one reads
-    std::copy_n(k + i * kvd, kvd, KvRow(r, wl, false));
-    std::copy_n(qkv + i * qkv_w + qd + kvd, kvd, KvRow(r, wl, true));
+    WriteKvRow(r, wl, false, k + i * kvd);
+    WriteKvRow(r, wl, true, qkv + i * qkv_w + qd + kvd);
   }
   Attend(layer, rows, q, attn);
   w.o.Forward(attn, n, o);
@@ -383,13 +383,13 @@ Status StageRunner::Prefill(const std::vector<PrefillChunk>& chunks, bool record
 // group from the same input x, each rewriting the KV it produces; the last run's output
 // and KV are kept. After k passes the first k positions of the chunk are exact.
 void StageRunner::IterateGroup(const IteratedGroup& g, const std::vector<Row>& rows, float* x) {
-  const int64_t E = s_.hidden, kvd = s_.kv_dim();
+  const int64_t E = s_.hidden;
   const auto n = static_cast<int64_t>(rows.size());
   for (int32_t src : g.zero_kv)
     for (const Row& r : rows) {
       const int32_t wl = table_.WriteLayer(src, r.step, r.phase);
-      std::fill_n(KvRow(r, wl, false), kvd, 0.f);
-      std::fill_n(KvRow(r, wl, true), kvd, 0.f);
+      WriteKvRow(r, wl, false, nullptr);
+      WriteKvRow(r, wl, true, nullptr);
     }
   float* in = Grow(group_in_, n * E);
   std::copy_n(x, n * E, in);

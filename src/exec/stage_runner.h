@@ -85,7 +85,9 @@ class StageRunner final : public Backend {
   // rows' resolved fields (valid until the next Grow, Release or steps_run resize).
   Status CheckRows(const std::vector<Row>& rows) const;
   void ResolveRows(std::vector<Row>& rows);
-  float* KvRow(const Row& r, int32_t physical_layer, bool value);
+  // Stores row r.pos of physical layer p (K, or V when `value`) from kv_dim floats of src,
+  // in the pool's dtype (src == nullptr: zeros).
+  void WriteKvRow(const Row& r, int32_t physical_layer, bool value, const float* src);
   void HeadRows(int64_t n);  // head_ = 0 .. n-1
   Status CheckItems(const std::vector<DecodeItem>& items) const;
   SeqInfo& Info(KvManager::SeqId seq);

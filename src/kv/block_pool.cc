@@ -1,5 +1,6 @@
 #include "kv/block_pool.h"
 
+#include <cstring>
 #include <limits>
 #include <new>
 
@@ -10,45 +11,61 @@ namespace fathom {
 namespace {
 
 constexpr size_t kAlign = 64;
-constexpr int64_t kAlignFloats = kAlign / sizeof(float);
 
-int64_t HalfFloats(int32_t block_size, int64_t row_floats) {
-  const int64_t floats = int64_t{block_size} * row_floats;
-  return (floats + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+void CheckDtype(DType t) {
+  FATHOM_CHECK_MSG(t == DType::kF32 || t == DType::kBF16, "KV dtype " << DTypeName(t));
+}
+
+// Elements of one block's K (or V), padded to whole cache lines.
+int64_t HalfElems(int32_t block_size, int64_t row_floats, DType t) {
+  const auto per_line = static_cast<int64_t>(kAlign / DTypeSize(t));
+  const int64_t n = int64_t{block_size} * row_floats;
+  return (n + per_line - 1) / per_line * per_line;
 }
 
 }  // namespace
 
-void BlockPool::AlignedDelete::operator()(float* p) const {
+std::string_view KvDtypeName(DType t) { return t == DType::kBF16 ? "bf16" : "f32"; }
+
+std::optional<DType> ParseKvDtype(std::string_view name) {
+  if (name == "f32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  return std::nullopt;
+}
+
+void BlockPool::AlignedDelete::operator()(std::byte* p) const {
   ::operator delete[](p, std::align_val_t{kAlign});
 }
 
-size_t BlockPool::BytesPerBlock(int32_t block_size, int64_t row_floats) {
+size_t BlockPool::BytesPerBlock(int32_t block_size, int64_t row_floats, DType dtype) {
   FATHOM_CHECK_MSG(block_size >= 1 && row_floats >= 1,
                    "block_size=" << block_size << " row_floats=" << row_floats);
-  return static_cast<size_t>(2 * HalfFloats(block_size, row_floats)) * sizeof(float);
+  CheckDtype(dtype);
+  return static_cast<size_t>(2 * HalfElems(block_size, row_floats, dtype)) * DTypeSize(dtype);
 }
 
-int64_t BlockPool::BlocksForBudget(size_t bytes, int32_t block_size, int64_t row_floats) {
-  const size_t n = bytes / BytesPerBlock(block_size, row_floats);
+int64_t BlockPool::BlocksForBudget(size_t bytes, int32_t block_size, int64_t row_floats,
+                                   DType dtype) {
+  const size_t n = bytes / BytesPerBlock(block_size, row_floats, dtype);
   const size_t max_ids = static_cast<size_t>(std::numeric_limits<int32_t>::max());
   return static_cast<int64_t>(n < max_ids ? n : max_ids);
 }
 
-BlockPool::BlockPool(int64_t num_blocks, int32_t block_size, int64_t row_floats)
+BlockPool::BlockPool(int64_t num_blocks, int32_t block_size, int64_t row_floats, DType dtype)
     : num_blocks_(num_blocks),
       block_size_(block_size),
       row_floats_(row_floats),
-      half_(HalfFloats(block_size, row_floats)),
+      dtype_(dtype),
+      half_(HalfElems(block_size, row_floats, dtype)),
       stride_(2 * half_) {
   FATHOM_CHECK_MSG(num_blocks >= 0 && num_blocks <= std::numeric_limits<int32_t>::max(),
                    "num_blocks=" << num_blocks);
   FATHOM_CHECK_MSG(block_size >= 1 && row_floats >= 1,
                    "block_size=" << block_size << " row_floats=" << row_floats);
-  const size_t floats = static_cast<size_t>(num_blocks * stride_);
-  if (floats > 0) {
-    data_.reset(static_cast<float*>(
-        ::operator new[](floats * sizeof(float), std::align_val_t{kAlign})));
+  CheckDtype(dtype);
+  const size_t bytes = bytes_total();
+  if (bytes > 0) {
+    data_.reset(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{kAlign})));
   }
   free_.resize(static_cast<size_t>(num_blocks));
   for (int64_t i = 0; i < num_blocks; ++i) {
@@ -88,6 +105,41 @@ int64_t BlockPool::Offset(int32_t block) const {
   FATHOM_CHECK_MSG(block >= 0 && block < num_blocks_,
                    "block=" << block << " num_blocks=" << num_blocks_);
   return int64_t{block} * stride_;
+}
+
+std::byte* BlockPool::RowBytes(int32_t block, int32_t t, bool value) const {
+  FATHOM_CHECK_MSG(t >= 0 && t < block_size_, "row=" << t << " block_size=" << block_size_);
+  const int64_t elem = (value ? half_ : 0) + Offset(block) + int64_t{t} * row_floats_;
+  return data_.get() + static_cast<size_t>(elem) * DTypeSize(dtype_);
+}
+
+void BlockPool::WriteRow(int32_t block, int32_t t, bool value, const float* src) {
+  std::byte* dst = RowBytes(block, t, value);
+  const auto n = static_cast<size_t>(row_floats_);
+  if (src == nullptr)
+    std::memset(dst, 0, n * DTypeSize(dtype_));  // +0.0 in f32 and bf16 alike
+  else
+    ConvertFromF32(dtype_, src, dst, n);
+}
+
+void BlockPool::ReadRow(int32_t block, int32_t t, bool value, float* dst) const {
+  ConvertToF32(dtype_, RowBytes(block, t, value), dst, static_cast<size_t>(row_floats_));
+}
+
+void BlockPool::CopyRow(int32_t from, int32_t t_from, int32_t to, int32_t t_to) {
+  const size_t n = static_cast<size_t>(row_floats_) * DTypeSize(dtype_);
+  for (const bool value : {false, true})
+    std::memmove(RowBytes(to, t_to, value), RowBytes(from, t_from, value), n);
+}
+
+float* BlockPool::F32(void* p) const {
+  FATHOM_CHECK_MSG(dtype_ == DType::kF32, "float access to a " << DTypeName(dtype_) << " KV pool");
+  return static_cast<float*>(p);
+}
+
+const float* BlockPool::F32(const void* p) const {
+  FATHOM_CHECK_MSG(dtype_ == DType::kF32, "float access to a " << DTypeName(dtype_) << " KV pool");
+  return static_cast<const float*>(p);
 }
 
 }  // namespace fathom

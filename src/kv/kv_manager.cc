@@ -7,8 +7,8 @@
 namespace fathom {
 
 KvManager::KvManager(const KvLayerTable& table, int64_t num_blocks, int32_t block_size,
-                     int64_t row_floats)
-    : table_(table), pool_(num_blocks, block_size, row_floats) {}
+                     int64_t row_floats, DType dtype)
+    : table_(table), pool_(num_blocks, block_size, row_floats, dtype) {}
 
 const KvManager::Seq& KvManager::Get(SeqId s) const {
   const auto it = seqs_.find(s);
@@ -99,7 +99,7 @@ int64_t KvManager::RowOffset(const Seq& q, int32_t p, int64_t pos) const {
   const int32_t block = q.blocks[p][pos / bs];
   FATHOM_CHECK_MSG(block >= 0, "physical layer " << p << " stores no position " << pos
                                                  << " (prompt_len " << q.prompt_len << ")");
-  return int64_t{block} * pool_.block_stride_floats() + (pos % bs) * row_floats();
+  return int64_t{block} * pool_.block_stride() + (pos % bs) * row_floats();
 }
 
 float* KvManager::K(SeqId s, int32_t physical_layer, int64_t pos) {
@@ -129,15 +129,16 @@ int64_t KvManager::num_table_blocks(SeqId s) const {
 
 void KvManager::CopyRow(SeqId s, int64_t pos, int32_t from_layer, int32_t to_layer) {
   const Seq& q = Get(s);
-  const int64_t from = RowOffset(q, from_layer, pos), to = RowOffset(q, to_layer, pos);
-  const int64_t n = row_floats();
-  std::copy_n(pool_.k_base() + from, n, pool_.k_base() + to);
-  std::copy_n(pool_.v_base() + from, n, pool_.v_base() + to);
+  RowOffset(q, from_layer, pos);  // for its checks: both rows are allocated
+  RowOffset(q, to_layer, pos);
+  const int64_t bs = block_size();
+  const auto t = static_cast<int32_t>(pos % bs);
+  pool_.CopyRow(q.blocks[from_layer][pos / bs], t, q.blocks[to_layer][pos / bs], t);
 }
 
 size_t KvManager::BytesPerToken(TokenPhase phase) const {
   return static_cast<size_t>(table_.LayersPerToken(phase)) * 2 *
-         static_cast<size_t>(row_floats()) * sizeof(float);
+         static_cast<size_t>(row_floats()) * DTypeSize(dtype());
 }
 
 }  // namespace fathom

@@ -28,10 +28,11 @@ class KvManager {
  public:
   using SeqId = int32_t;
 
-  // num_blocks blocks of block_size rows of row_floats (= kv_dim) floats each.
-  // The table is copied. Use BlockPool::BlocksForBudget to size num_blocks from bytes.
+  // num_blocks blocks of block_size rows of row_floats (= kv_dim) values each, stored as
+  // `dtype` (kF32 or kBF16). The table is copied. Use BlockPool::BlocksForBudget (same
+  // dtype) to size num_blocks from bytes.
   KvManager(const KvLayerTable& table, int64_t num_blocks, int32_t block_size,
-            int64_t row_floats);
+            int64_t row_floats, DType dtype = DType::kF32);
 
   // Registers a sequence whose first prompt_len positions are prompt tokens. Takes no
   // memory yet. Ids are never reused.
@@ -48,7 +49,8 @@ class KvManager {
   // Frees all blocks of s; s becomes invalid.
   void Release(SeqId s);
 
-  // Row `pos` of physical layer p: row_floats floats. CHECK-fails if not allocated.
+  // Row `pos` of physical layer p: row_floats floats. CHECK-fails if not allocated, and
+  // for a bf16 pool (whose rows are read and written through pool().ReadRow / WriteRow).
   float* K(SeqId s, int32_t physical_layer, int64_t pos);
   float* V(SeqId s, int32_t physical_layer, int64_t pos);
   const float* K(SeqId s, int32_t physical_layer, int64_t pos) const;
@@ -66,8 +68,9 @@ class KvManager {
   // Copies K and V of position pos from one physical layer to another (for ExitCopies).
   void CopyRow(SeqId s, int64_t pos, int32_t from_layer, int32_t to_layer);
 
-  // Memory account. BytesPerToken = LayersPerToken(phase) * 2 * row_floats * 4: what one
-  // token adds asymptotically; bytes_* count whole blocks (padding included).
+  // Memory account. BytesPerToken = LayersPerToken(phase) * 2 * row_floats * (4 for f32,
+  // 2 for bf16): what one token adds asymptotically; bytes_* count whole blocks (padding
+  // included).
   size_t BytesPerToken(TokenPhase phase) const;
   size_t bytes_total() const { return static_cast<size_t>(pool_.num_blocks()) * BlockBytes(); }
   size_t bytes_used() const { return static_cast<size_t>(pool_.num_used()) * BlockBytes(); }
@@ -75,6 +78,7 @@ class KvManager {
 
   int32_t block_size() const { return pool_.block_size(); }
   int64_t row_floats() const { return pool_.row_floats(); }
+  DType dtype() const { return pool_.dtype(); }
   const BlockPool& pool() const { return pool_; }
   BlockPool& pool() { return pool_; }
   const KvLayerTable& table() const { return table_; }
@@ -93,7 +97,7 @@ class KvManager {
   size_t BlockBytes() const { return pool_.bytes_per_block(); }
   // Blocks of physical layer p that positions [0, len) of a sequence need.
   BlockRange Needed(int32_t p, int64_t prompt_len, int64_t len) const;
-  int64_t RowOffset(const Seq& q, int32_t p, int64_t pos) const;  // floats from the base
+  int64_t RowOffset(const Seq& q, int32_t p, int64_t pos) const;  // elements from the base
 
   KvLayerTable table_;
   BlockPool pool_;

@@ -254,7 +254,7 @@ void EngineLoop::UpdateMetrics() {
       st.decode_tokens ? static_cast<double>(st.depth_sum) / static_cast<double>(st.decode_tokens) : 0.0;
   m.kv_blocks_free = e.kv().pool().num_free();
   m.kv_blocks_used = e.kv().pool().num_used();
-  m.kv_block_bytes = static_cast<int64_t>(BlockPool::BytesPerBlock(e.kv().block_size(), e.kv().row_floats()));
+  m.kv_block_bytes = static_cast<int64_t>(e.kv().pool().bytes_per_block());
   m.kv_bytes_per_token = static_cast<int64_t>(e.kv().BytesPerToken(TokenPhase::kDecode));
   m.prompt_tokens = prompt_tokens_;
   m.output_tokens = st.output_tokens;

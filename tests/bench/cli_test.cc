@@ -184,7 +184,8 @@ TEST_F(BenchCli, OfflineMeasuredBoundCountsOnlyUsefulWork) {
   // and recompute prompt rows and tokens. The bound is CB's time over a perfect CDB's,
   // which does the useful work only at CB's per-row costs.
   CommandResult r = Fathom("bench offline --model " + *dir_ / "ouro" +
-                           " --requests 12 --mean-depth 3 --kv-mb 1 --schedulers cdb-refill --no-control --quiet --json");
+                           " --requests 12 --mean-depth 3 --kv-mb 1 --kv-dtype f32 --schedulers cdb-refill --no-control --quiet"
+                           " --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto rows = JsonLines(r.output);
   ASSERT_EQ(rows.size(), 2u) << r.output;

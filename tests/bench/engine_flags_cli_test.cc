@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "model/family.h"
 #include "model/test_util.h"
 
 namespace fathom {
@@ -45,6 +46,7 @@ TEST(EngineFlagsCli, OneHelpPerFlagWithTheEnginesDefaults) {
       {"--flush-steps", "(default " + std::to_string(d.flush_steps) + ")"},
       {"--prefill-budget", "(default " + std::to_string(d.prefill_budget) + ")"},
       {"--block-size", "(default " + std::to_string(d.block_size) + ")"},
+      {"--kv-dtype", "(default " + std::string(KvDtypeName(d.kv_dtype)) + ")"},
       {"--lookahead", d.lookahead ? "default on" : "default off"}};
   std::map<std::string, std::pair<std::string, std::string>> first;  // flag -> (command, help)
   for (const std::string& cmd : kCommands) {
@@ -101,6 +103,13 @@ TEST(EngineFlagsCli, GivenOptionsReachTheEngine) {
   r = Fathom("bench decode --model " + dir / "ouro" + " --prompt 4 --gen 2 --threads 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(nlohmann::json::parse(r.output)["layout"], std::string(KvLayoutName(EngineOptions{}.layout)));
+  EXPECT_EQ(nlohmann::json::parse(r.output)["kv_dtype"], std::string(KvDtypeName(EngineOptions{}.kv_dtype)));
+  r = Fathom("bench decode --model " + dir / "ouro" + " --prompt 4 --gen 2 --threads 1 --kv-dtype f32 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["kv_dtype"], "f32");
+  r = Fathom("bench decode --model " + dir / "ouro" + " --kv-dtype f16 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--kv-dtype: 'f16' is not bf16 or f32"), std::string::npos) << r.output;
   // bench offline takes them from the same declarations (it once had its own copies).
   r = Fathom("bench offline --model " + dir / "ouro" +
              " --requests 2 --schedulers cb --no-control --width 3 --k 2 --layout hybrid --max-depth 2 --quiet --json");
@@ -117,6 +126,15 @@ TEST(EngineFlagsCli, GivenOptionsReachTheEngine) {
   r = Fathom("generate --model " + dir / "ouro" + " --requests " + dir / "req.jsonl" + " --kv-memory 1 2>&1");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("kv memory: 1 bytes hold no block"), std::string::npos) << r.output;
+  // --kv-dtype reaches the engine: a budget of one bf16 block holds no f32 block.
+  auto spec = SpecFromConfigFile(dir / "ouro/config.json");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  const std::string one_bf16_block =
+      std::to_string(BlockPool::BytesPerBlock(EngineOptions{}.block_size, spec->kv_dim(), DType::kBF16));
+  r = Fathom("generate --model " + dir / "ouro" + " --requests " + dir / "req.jsonl" + " --kv-memory " +
+             one_bf16_block + " --kv-dtype f32 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("bytes hold no block"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -86,8 +86,10 @@ struct Expected {
   std::string finish;
 };
 
-Expected Alone(const Model& m, const RequestSpec& r, KvLayout layout, bool lookahead, bool ignore_exits) {
+Expected Alone(const Model& m, const RequestSpec& r, KvLayout layout, bool lookahead, bool ignore_exits,
+               DType kv_dtype) {
   GenerateOptions o;
+  o.kv_dtype = kv_dtype;
   o.prompt = r.prompt;
   o.max_tokens = r.max_tokens;
   o.loops = r.loops;
@@ -115,6 +117,7 @@ struct Config {
   SchedMode mode;
   int32_t width, k;
   bool lookahead = false;  // EngineOptions::lookahead (off by default); "alone" follows it
+  DType kv_dtype = EngineOptions{}.kv_dtype;  // "alone" follows it too
 };
 
 void RunAndCompare(const std::string& family, KvLayout layout, const Config& c, int n_requests,
@@ -125,6 +128,7 @@ void RunAndCompare(const std::string& family, KvLayout layout, const Config& c, 
   opt.width = c.width;
   opt.min_coda = c.k;
   opt.lookahead = c.lookahead;
+  opt.kv_dtype = c.kv_dtype;
   opt.layout = layout;
   opt.prefill_budget = 16;
   opt.kv_bytes = kv_bytes;
@@ -152,7 +156,7 @@ void RunAndCompare(const std::string& family, KvLayout layout, const Config& c, 
   EXPECT_EQ(e.kv().num_sequences(), 0);
   EXPECT_EQ(e.kv().bytes_used(), 0u);
   for (size_t i = 0; i < reqs.size(); ++i) {
-    const Expected want = Alone(m, reqs[i], layout, opt.lookahead, c.mode == SchedMode::kCb);
+    const Expected want = Alone(m, reqs[i], layout, opt.lookahead, c.mode == SchedMode::kCb, opt.kv_dtype);
     const SchedRequestState& got = e.request(ids[i]);
     EXPECT_EQ(got.tokens, want.ids) << family << " request " << i;
     EXPECT_EQ(streamed[ids[i]], want.ids) << family << " request " << i;
@@ -182,6 +186,14 @@ TEST_P(EquivalenceTest, EverySchedulerMatchesGeneratingAlone) {
     RunAndCompare(family, layout, c, 12, 0, false);
 }
 
+// The default KV is bf16 (the tests above); the exact f32 KV batches exactly too.
+TEST_P(EquivalenceTest, F32KvMatchesGeneratingAlone) {
+  const auto& [family, layout] = GetParam();
+  for (const Config& c : {Config{SchedMode::kCb, 4, 1, false, DType::kF32},
+                          Config{SchedMode::kCdbRefill, 3, 2, false, DType::kF32}})
+    RunAndCompare(family, layout, c, 12, 0, false);
+}
+
 TEST_P(EquivalenceTest, FiftyConcurrentRequests) {
   const auto& [family, layout] = GetParam();
   RunAndCompare(family, layout, {SchedMode::kCdbRefill, 16, 4}, 52, 0, false, 2);
@@ -194,14 +206,15 @@ TEST_P(EquivalenceTest, PreemptionUnderASmallKvPoolKeepsOutputs) {
   // layout (the KV manager's own count; hybrid stores decode tokens in one core slot per
   // layer, so it needs less than the depth-indexed layouts) and a third more, so that
   // concurrent requests must preempt.
-  auto kv = MakeKvManager(m.spec(), m.spec().loop.looped ? 4 : 1, layout, 1, 1, 4);
+  const DType kv_dtype = EngineOptions{}.kv_dtype;
+  auto kv = MakeKvManager(m.spec(), m.spec().loop.looped ? 4 : 1, layout, 1, 1, 4, kv_dtype);
   ASSERT_TRUE(kv.ok()) << kv.status().message();
   int64_t most = 0;
   for (const RequestSpec& r : Workload(m.spec(), 24, 3)) {
     const auto n = static_cast<int64_t>(r.prompt.size());
     most = std::max(most, (*kv)->BlocksFor(n, n + r.max_tokens - 1));
   }
-  const size_t block_bytes = 4 * 2 * static_cast<size_t>(m.spec().kv_dim()) * 4;
+  const size_t block_bytes = BlockPool::BytesPerBlock(4, m.spec().kv_dim(), kv_dtype);
   const size_t bytes = block_bytes * static_cast<size_t>(most * 4 / 3);
   for (SchedMode mode : {SchedMode::kCdbRefill, SchedMode::kCdbNoRefill, SchedMode::kCb})
     RunAndCompare(family, layout, {mode, 8, 2}, 24, bytes, true, 3, 4);
@@ -219,7 +232,7 @@ INSTANTIATE_TEST_SUITE_P(Dense, EquivalenceTest,
 TEST(Engine, RejectsWhatCanNeverFitAndReportsFieldErrors) {
   const Model& m = TinyModel("ouro");
   EngineOptions opt;
-  opt.kv_bytes = 16 * 2 * static_cast<size_t>(m.spec().kv_dim()) * 4 * 4;  // 4 blocks
+  opt.kv_bytes = 4 * BlockPool::BytesPerBlock(16, m.spec().kv_dim(), opt.kv_dtype);  // 4 blocks
   auto e = Engine::Create(m, opt);
   ASSERT_TRUE(e.ok());
   RequestSpec r;

@@ -1,10 +1,13 @@
-// BlockPool: sizing, alignment, all-or-nothing allocation, double-free detection.
+// BlockPool: sizing (f32 and bf16), alignment, all-or-nothing allocation, double-free
+// detection, bf16 rows rounded to nearest even.
 #include "kv/block_pool.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -13,23 +16,80 @@ namespace {
 
 TEST(BlockPool, SizesAndBudget) {
   // 16 rows x 128 floats x 4 bytes x (K + V) = 16 KiB, no padding needed.
-  EXPECT_EQ(BlockPool::BytesPerBlock(16, 128), 16u * 128u * 4u * 2u);
-  EXPECT_EQ(BlockPool::BlocksForBudget(1 << 20, 16, 128), 64);
-  EXPECT_EQ(BlockPool::BlocksForBudget((1 << 20) - 1, 16, 128), 63);
-  EXPECT_EQ(BlockPool::BlocksForBudget(0, 16, 128), 0);
+  constexpr DType f32 = DType::kF32, bf16 = DType::kBF16;
+  EXPECT_EQ(BlockPool::BytesPerBlock(16, 128, f32), 16u * 128u * 4u * 2u);
+  EXPECT_EQ(BlockPool::BlocksForBudget(1 << 20, 16, 128, f32), 64);
+  EXPECT_EQ(BlockPool::BlocksForBudget((1 << 20) - 1, 16, 128, f32), 63);
+  EXPECT_EQ(BlockPool::BlocksForBudget(0, 16, 128, f32), 0);
   // 3 rows x 5 floats = 15 floats: each half padded to 16 floats (64 bytes).
-  EXPECT_EQ(BlockPool::BytesPerBlock(3, 5), 2u * 64u);
+  EXPECT_EQ(BlockPool::BytesPerBlock(3, 5, f32), 2u * 64u);
+  // bf16: half the bytes, so a budget holds twice the blocks.
+  EXPECT_EQ(BlockPool::BytesPerBlock(16, 128, bf16), 16u * 128u * 2u * 2u);
+  EXPECT_EQ(BlockPool::BlocksForBudget(1 << 20, 16, 128, bf16), 128);
+  // 3 x 5 = 15 bf16 values (30 bytes): each half padded to 32 values (64 bytes), and
+  // 3 x 30 = 90 values to 96.
+  EXPECT_EQ(BlockPool::BytesPerBlock(3, 5, bf16), 2u * 64u);
+  EXPECT_EQ(BlockPool::BytesPerBlock(3, 30, bf16), 2u * 192u);
+  EXPECT_EQ(BlockPool(7, 16, 128, bf16).bytes_total(), 7u * 16u * 128u * 2u * 2u);
+}
+
+TEST(BlockPool, Bf16RowsRoundToNearestEvenAndCopyExactly) {
+  constexpr int32_t kRows = 3, kDim = 40;
+  BlockPool pool(4, kRows, kDim, DType::kBF16);
+  EXPECT_EQ(pool.dtype(), DType::kBF16);
+  EXPECT_EQ(pool.block_stride(), 2 * 128);  // 120 values per half, padded to 128
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(pool.v_data()) % 64, 0u);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.f, 3.f);
+  std::vector<float> src(kDim), got(kDim), other(kDim);
+  for (float& x : src) x = dist(rng);
+  // Exact halfway cases: 1 + 2^-8 lies between bf16 1 and 1 + 2^-7 and rounds to the even 1;
+  // 1 + 3 * 2^-8 lies between 1 + 2^-7 and 1 + 2^-6 and rounds to the even 1 + 2^-6.
+  src[0] = 1.f + 0x1p-8f;
+  src[1] = 1.f + 3 * 0x1p-8f;
+  src[2] = -(1.f + 0x1p-8f);
+  pool.WriteRow(2, 1, false, src.data());
+  for (float& x : other) x = dist(rng);
+  pool.WriteRow(2, 1, true, other.data());
+  pool.ReadRow(2, 1, false, got.data());
+  EXPECT_EQ(got[0], 1.f);
+  EXPECT_EQ(got[1], 1.f + 0x1p-6f);
+  EXPECT_EQ(got[2], -1.f);
+  for (int32_t d = 0; d < kDim; ++d) {
+    EXPECT_EQ(got[d], BF16ToF32(F32ToBF16(src[d]))) << d;
+    // Round to nearest: within half a bf16 ulp, |x| 2^-8 at most.
+    EXPECT_LE(std::abs(got[d] - src[d]), std::abs(src[d]) * 0x1p-8f) << d;
+  }
+  pool.CopyRow(2, 1, 0, 2);
+  std::vector<float> k(kDim), v(kDim);
+  pool.ReadRow(0, 2, false, k.data());
+  pool.ReadRow(0, 2, true, v.data());
+  EXPECT_EQ(k, got);
+  pool.ReadRow(2, 1, true, got.data());
+  EXPECT_EQ(v, got);
+  pool.WriteRow(0, 2, true, nullptr);  // zeros
+  pool.ReadRow(0, 2, true, v.data());
+  EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return x == 0.f && !std::signbit(x); }));
+  // The bytes are bf16: two per value, the top half of the f32 rounded.
+  const auto* raw = static_cast<const uint16_t*>(pool.k_data()) + 2 * pool.block_stride() + kDim;
+  EXPECT_EQ(raw[1], F32ToBF16(src[1]));
+}
+
+TEST(BlockPoolDeathTest, FloatAccessToABf16PoolFails) {
+  BlockPool pool(2, 16, 8, DType::kBF16);
+  EXPECT_DEATH(pool.k_base(), "float access to a BF16 KV pool");
+  EXPECT_DEATH(BlockPool(1, 16, 8, DType::kF16), "KV dtype F16");
 }
 
 TEST(BlockPool, AddressesAreAlignedAndDisjoint) {
   BlockPool pool(5, 3, 5);
-  EXPECT_EQ(pool.block_stride_floats(), 32);
+  EXPECT_EQ(pool.block_stride(), 32);
   EXPECT_EQ(pool.bytes_per_block(), 128u);
   for (int32_t b = 0; b < 5; ++b) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(pool.k(b)) % 64, 0u) << b;
     EXPECT_EQ(reinterpret_cast<uintptr_t>(pool.v(b)) % 64, 0u) << b;
-    EXPECT_EQ(pool.k(b), pool.k_base() + b * pool.block_stride_floats());
-    EXPECT_EQ(pool.v(b), pool.v_base() + b * pool.block_stride_floats());
+    EXPECT_EQ(pool.k(b), pool.k_base() + b * pool.block_stride());
+    EXPECT_EQ(pool.v(b), pool.v_base() + b * pool.block_stride());
     EXPECT_GE(pool.v(b), pool.k(b) + 3 * 5);  // V starts after K's 3 rows
   }
   // Fill every row of every block through its own pointer; nothing overlaps.

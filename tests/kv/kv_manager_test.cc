@@ -47,12 +47,12 @@ float Tag(int32_t s, int32_t p, int64_t pos, int64_t e) {
 const float* KernelK(const KvManager& m, KvManager::SeqId s, int32_t p, int64_t pos) {
   const int32_t block = m.BlockTable(s, p)[pos / m.block_size()];
   EXPECT_GE(block, 0);
-  return m.pool().k_base() + block * m.pool().block_stride_floats() +
+  return m.pool().k_base() + block * m.pool().block_stride() +
          (pos % m.block_size()) * m.row_floats();
 }
 const float* KernelV(const KvManager& m, KvManager::SeqId s, int32_t p, int64_t pos) {
   const int32_t block = m.BlockTable(s, p)[pos / m.block_size()];
-  return m.pool().v_base() + block * m.pool().block_stride_floats() +
+  return m.pool().v_base() + block * m.pool().block_stride() +
          (pos % m.block_size()) * m.row_floats();
 }
 
@@ -173,6 +173,46 @@ TEST(KvManager, BytesPerTokenFollowsTheLayout) {
     ASSERT_TRUE(m.Grow(s, 64));
     EXPECT_EQ(m.bytes_used(), 48 * m.BytesPerToken(kP) + 16 * m.BytesPerToken(kD));
   }
+}
+
+// A bf16 cache: half the bytes per token and per block, so the same byte budget holds
+// twice the blocks and admits twice the sequences; exit copies move the bf16 rows exactly.
+TEST(KvManager, Bf16HalvesTheAccountAndCopiesRows) {
+  const KvLayerTable t = MustBuild(Huginn(), KvLayout::kLastExited);
+  const int64_t row = 24;
+  // Room for 4 sequences of one block per physical layer in f32.
+  const size_t budget = static_cast<size_t>(4 * t.num_physical_layers()) * BlockPool::BytesPerBlock(16, row, DType::kF32);
+  const int64_t f32_blocks = BlockPool::BlocksForBudget(budget, 16, row, DType::kF32);
+  const int64_t bf16_blocks = BlockPool::BlocksForBudget(budget, 16, row, DType::kBF16);
+  EXPECT_EQ(bf16_blocks, 2 * f32_blocks);
+  KvManager f(t, f32_blocks, 16, row), b(t, bf16_blocks, 16, row, DType::kBF16);
+  EXPECT_EQ(b.dtype(), DType::kBF16);
+  EXPECT_EQ(2 * b.BytesPerToken(kD), f.BytesPerToken(kD));
+  EXPECT_EQ(b.bytes_total(), f.bytes_total());
+  // Sequences of 16 tokens: one block per physical layer each.
+  int admitted_f = 0, admitted_b = 0;
+  while (f.Grow(f.AddSequence(16), 16)) ++admitted_f;
+  while (b.Grow(b.AddSequence(16), 16)) ++admitted_b;
+  EXPECT_EQ(admitted_f, 4);
+  EXPECT_EQ(admitted_b, 2 * admitted_f);
+
+  KvManager m(t, 100, 4, 3, DType::kBF16);
+  const auto s = m.AddSequence(2);
+  ASSERT_TRUE(m.Grow(s, 3));
+  const int32_t from = t.WriteLayer(2, 4, kD), to = t.WriteLayer(2, 6, kD);
+  const int32_t bs = m.block_size();
+  const float k[3] = {1.f + 0x1p-8f, -3.25f, 1e-3f}, v[3] = {7.f, -0.5f, 2.f};
+  m.pool().WriteRow(m.BlockTable(s, from)[0], 2, false, k);
+  m.pool().WriteRow(m.BlockTable(s, from)[0], 2, true, v);
+  m.CopyRow(s, 2, from, to);
+  float got_k[3], got_v[3];
+  m.pool().ReadRow(m.BlockTable(s, to)[2 / bs], 2 % bs, false, got_k);
+  m.pool().ReadRow(m.BlockTable(s, to)[2 / bs], 2 % bs, true, got_v);
+  for (int d = 0; d < 3; ++d) {
+    EXPECT_EQ(got_k[d], BF16ToF32(F32ToBF16(k[d]))) << d;
+    EXPECT_EQ(got_v[d], v[d]) << d;
+  }
+  EXPECT_DEATH(m.K(s, from, 2), "float access to a BF16 KV pool");
 }
 
 TEST(KvManager, GrowIsAllOrNothing) {

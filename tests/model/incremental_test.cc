@@ -22,6 +22,7 @@ const std::vector<int32_t> kPrompt = {5, 88, 13, 250, 7, 7, 120, 33, 1, 64, 199}
 std::vector<float> ChunkedLogits(const Model& m, const std::vector<int32_t>& ids, int64_t chunk,
                                  int32_t loops, std::optional<uint64_t> init = std::nullopt) {
   PromptOptions opt;
+  opt.kv_dtype = DType::kF32;  // exact K/V: compared with the f32 reference at 1e-4
   opt.loops = loops;
   opt.chunk = chunk;
   opt.random_init = init;
@@ -71,6 +72,7 @@ TEST_P(GreedyGenerationTest, EachTokenIsTheReferenceArgmax) {
   auto m = Model::Load(dir / "model");
   ASSERT_TRUE(m.ok()) << m.status().message();
   GenerateOptions opt;
+  opt.kv_dtype = DType::kF32;
   opt.prompt = kPrompt;
   opt.max_tokens = 10;
   opt.loops = c.loops;
@@ -108,6 +110,7 @@ TEST(ExitTest, OuroExitDepthsFollowTheThreshold) {
   auto m = Model::Load(dir / "model");
   ASSERT_TRUE(m.ok());
   GenerateOptions opt;
+  opt.kv_dtype = DType::kF32;
   opt.prompt = kPrompt;
   opt.max_tokens = 24;
   opt.stop_at_eos = false;

@@ -23,7 +23,7 @@ struct Fixture {
   std::unique_ptr<StageRunner> runner;
   std::vector<DecodeItem> items;
   Fixture(const Model& m, int32_t n) {
-    kv = std::move(MakeKvManager(m.spec(), kLoops, KvLayout::kLastExited, 1, 256, 16)).value();
+    kv = std::move(MakeKvManager(m.spec(), kLoops, KvLayout::kLastExited, 1, 256, 16, DType::kF32)).value();
     runner = std::make_unique<StageRunner>(m, *kv, n);
     for (int32_t i = 0; i < n; ++i) {
       const auto seq = kv->AddSequence(static_cast<int64_t>(kPrompt.size()));

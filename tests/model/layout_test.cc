@@ -26,7 +26,7 @@ struct FathomDecode {
 FathomDecode RunFathom(const Model& m, KvLayout layout, int32_t shared_after, int32_t R,
                        const std::vector<int32_t>& depths) {
   FathomDecode res;
-  auto kv = MakeKvManager(m.spec(), R, layout, shared_after, 1024, 4);
+  auto kv = MakeKvManager(m.spec(), R, layout, shared_after, 1024, 4, DType::kF32);
   EXPECT_TRUE(kv.ok()) << kv.status().message();
   if (!kv.ok()) return res;
   StageRunner runner(m, **kv, 1);

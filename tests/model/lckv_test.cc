@@ -139,7 +139,7 @@ TEST(LckvKv, BlocksPerTokenAreProducingLayers) {
     std::ofstream(dir / "config.json") << cfg.dump();
     auto spec = SpecFromConfigFile(dir / "config.json");
     ASSERT_TRUE(spec.ok()) << spec.status().message();
-    auto kv = MakeKvManager(*spec, 1, KvLayout::kLastExited, 1, 64, 16);
+    auto kv = MakeKvManager(*spec, 1, KvLayout::kLastExited, 1, 64, 16, DType::kF32);
     ASSERT_TRUE(kv.ok()) << kv.status().message();
     EXPECT_EQ((*kv)->table().num_physical_layers(), c.producing) << c.preset << " " << c.overrides.dump();
     // 100 tokens = 7 blocks of 16 rows per producing layer.
@@ -175,6 +175,7 @@ std::vector<int32_t> Prompt(int n) {
 
 std::vector<float> FathomLogits(const Model& m, const std::vector<int32_t>& ids, int64_t chunk) {
   PromptOptions opt;
+  opt.kv_dtype = DType::kF32;  // exact K/V: compared with the f32 reference at 1e-4
   opt.chunk = chunk;
   auto r = RunPrompt(m, ids, opt);
   EXPECT_TRUE(r.ok()) << r.status().message();

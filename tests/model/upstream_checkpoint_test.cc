@@ -41,6 +41,7 @@ TEST_P(UpstreamCheckpointTest, LoadsAndMatchesReference) {
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_EQ((*m)->spec().vocab, 256);  // make_tiny.py's vocabulary, never padded
   PromptOptions opt;
+  opt.kv_dtype = DType::kF32;  // exact K/V: the 1e-4 of the f32 reference tests
   opt.record_signals = true;
   auto out = RunPrompt(**m, kPrompt, opt);
   ASSERT_TRUE(out.ok()) << out.status().message();
@@ -79,6 +80,7 @@ TEST(UpstreamOuroTest, LogitsAtEveryExitDepth) {
   ASSERT_EQ(step_logits.size(), static_cast<size_t>(R) * per_step);
   for (int32_t t = 1; t <= R; ++t) {
     PromptOptions opt;
+    opt.kv_dtype = DType::kF32;
     opt.loops = t;
     auto out = RunPrompt(**m, kPrompt, opt);
     ASSERT_TRUE(out.ok()) << out.status().message();

@@ -24,13 +24,13 @@ int32_t TokenAt(int64_t seq, int64_t pos, int64_t vocab) {
 
 Result<BatchDecodeResult> RunBatchDecode(const Model& model, int32_t batch, int64_t prompt,
                                          int64_t gen, int32_t loops, KvLayout layout,
-                                         int64_t prefill_tokens) {
+                                         int64_t prefill_tokens, DType kv_dtype) {
   const ModelSpec& spec = model.spec();
   FATHOM_ASSIGN_OR_RETURN(int32_t r, ResolveLoops(spec, loops));
   FATHOM_ASSIGN_OR_RETURN(KvLayerTable table, KvLayerTable::Build(KvShapeOf(spec, r), layout, 1));
   const int32_t block = 16;
   const int64_t per_seq = table.num_physical_layers() * ((prompt + gen + block - 1) / block + 1);
-  FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, r, layout, 1, per_seq * batch, block));
+  FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, r, layout, 1, per_seq * batch, block, kv_dtype));
   StageRunner runner(model, *kv, batch);
   std::vector<KvManager::SeqId> seqs;
   std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
@@ -96,7 +96,7 @@ Result<BatchDecodeResult> RunBatchDecode(const Model& model, int32_t batch, int6
 }
 
 Result<StepLatency> MeasureCoreStep(const Model& model, int32_t batch, int64_t context,
-                                    size_t kv_budget_bytes, int reps) {
+                                    size_t kv_budget_bytes, int reps, DType kv_dtype) {
   const ModelSpec& spec = model.spec();
   StepLatency res;
   res.batch = batch;
@@ -107,16 +107,18 @@ Result<StepLatency> MeasureCoreStep(const Model& model, int32_t batch, int64_t c
   FATHOM_ASSIGN_OR_RETURN(KvLayerTable table, KvLayerTable::Build(KvShapeOf(spec, 1), KvLayout::kLastExited, 1));
   const int32_t block = 16;
   const int64_t per_seq = table.num_physical_layers() * ((context + 1 + block - 1) / block);
-  const size_t bytes = static_cast<size_t>(per_seq * batch) * BlockPool::BytesPerBlock(block, spec.kv_dim());
+  const size_t bytes =
+      static_cast<size_t>(per_seq * batch) * BlockPool::BytesPerBlock(block, spec.kv_dim(), kv_dtype);
   res.kv_gb = static_cast<double>(bytes) / 1e9;
   if (bytes > kv_budget_bytes) {
     res.skipped = true;
     return res;
   }
-  FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, 1, KvLayout::kLastExited, 1, per_seq * batch, block));
+  FATHOM_ASSIGN_OR_RETURN(auto kv,
+                          MakeKvManager(spec, 1, KvLayout::kLastExited, 1, per_seq * batch, block, kv_dtype));
   // The cache's contents do not change the cost; zeros stand in for a prefilled context.
   BlockPool& pool = kv->pool();
-  std::memset(pool.k_base(), 0, static_cast<size_t>(pool.num_blocks() * pool.block_stride_floats()) * sizeof(float));
+  std::memset(pool.k_data(), 0, pool.bytes_total());
   StageRunner runner(model, *kv, batch);
   std::vector<DecodeItem> items(static_cast<size_t>(batch));
   for (int32_t b = 0; b < batch; ++b) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 #include "kv/kv_layout.h"
 #include "model/model.h"
@@ -21,7 +22,7 @@ struct BatchDecodeResult {
 // runs the prelude, `loops` core steps and the coda over the whole batch (no exits).
 Result<BatchDecodeResult> RunBatchDecode(const Model& model, int32_t batch, int64_t prompt,
                                          int64_t gen, int32_t loops, KvLayout layout,
-                                         int64_t prefill_tokens);
+                                         int64_t prefill_tokens, DType kv_dtype);
 
 struct StepLatency {
   int32_t batch = 0;
@@ -32,8 +33,9 @@ struct StepLatency {
 };
 
 // Latency of one core step (loop step 0) over `batch` decode tokens, each attending to
-// `context` earlier positions. Configurations whose KV exceeds kv_budget_bytes are skipped.
+// `context` earlier positions, K/V stored as kv_dtype. Configurations whose KV exceeds
+// kv_budget_bytes are skipped.
 Result<StepLatency> MeasureCoreStep(const Model& model, int32_t batch, int64_t context,
-                                    size_t kv_budget_bytes, int reps);
+                                    size_t kv_budget_bytes, int reps, DType kv_dtype);
 
 }  // namespace fathom::cli

@@ -19,6 +19,7 @@ struct KvCapacityArgs {
   double kv_gib = 4;
   int64_t prompt = 512, output = 1024, reps = 3, prefill = 0, threads = 2;
   bool json = false;
+  std::string kv_dtype{KvDtypeName(bench::KvCapacityOptions{}.kv_dtype)};
 
   void Declare(FlagSet& f) {
     f.String("--model", &model_dir, "Hugging Face model directory (a non-looped model)");
@@ -29,6 +30,7 @@ struct KvCapacityArgs {
     f.Int("--reps", &reps, "decode steps timed per batch, median (default 3)", 1, 1000);
     f.Int("--prefill", &prefill, "also time one prompt of this many tokens (default 0: no)", 0, 1 << 20);
     DeclareThreads(f, &threads);
+    DeclareKvDtype(f, &kv_dtype);
     f.Bool("--json", &json, "print one JSON object");
     f.Require("--model");
   }
@@ -39,7 +41,7 @@ nlohmann::json ToJson(const std::string& model_dir, const KvCapacityArgs& a, con
                       {"layers", r.layers}, {"kv_layers", r.kv_layers}, {"bytes_per_token", r.bytes_per_token},
                       {"blocks", r.blocks}, {"blocks_per_sequence", r.blocks_per_sequence},
                       {"max_batch", r.max_batch}, {"prefill_tokens", a.prefill}, {"prefill_s", r.prefill_s},
-                      {"prefill_cpu_s", r.prefill_cpu_s}, {"threads", a.threads},
+                      {"prefill_cpu_s", r.prefill_cpu_s}, {"threads", a.threads}, {"kv_dtype", a.kv_dtype},
                       {"decode", nlohmann::json::array()}};
   for (const bench::DecodePoint& p : r.decode)
     j["decode"].push_back({{"batch", p.batch}, {"step_s", p.step_s}, {"tok_s", p.tok_s}, {"step_cpu_s", p.step_cpu_s},
@@ -96,6 +98,9 @@ int RunBenchKvCapacity(const std::vector<std::string>& args) {
   o.output = a.output;
   o.reps = static_cast<int>(a.reps);
   o.prefill_tokens = a.prefill;
+  auto kv_dtype = ParseKvDtypeFlag(a.kv_dtype);
+  if (!kv_dtype.ok()) return Fail(cmd, kv_dtype.status().message(), 2);
+  o.kv_dtype = *kv_dtype;
   ApplyThreads(a.threads);
   auto model = Model::Load(a.model_dir);
   if (!model.ok()) return Fail(cmd, model.status().message(), 1);

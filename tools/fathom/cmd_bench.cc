@@ -20,7 +20,7 @@ struct DecodeArgs {
   std::string model_dir, batch_text = "1";
   int64_t prompt = 128, gen = 128, threads = 2, loops = 0, prefill_tokens = 512;
   bool json = false;
-  EngineFlags engine{kFlagLayout};
+  EngineFlags engine{kFlagLayout | kFlagKvDtype};
 
   void Declare(FlagSet& f) {
     f.String("--model", &model_dir, "Hugging Face model directory");
@@ -44,21 +44,22 @@ struct DecodeRuns {
 };
 
 Result<DecodeRuns> MeasureDecode(const Model& m, const DecodeArgs& a, const std::vector<int64_t>& batches, int32_t r,
-                                 KvLayout layout) {
+                                 const EngineOptions& o) {
   // Warm-up: primitive caches, page faults, thread start-up.
-  FATHOM_RETURN_IF_ERROR(RunBatchDecode(m, 1, 16, 4, r, layout, a.prefill_tokens).status());
+  FATHOM_RETURN_IF_ERROR(RunBatchDecode(m, 1, 16, 4, r, o.layout, a.prefill_tokens, o.kv_dtype).status());
   DecodeRuns runs;
   runs.before = MeasureBandwidth();
   for (int64_t b : batches) {
     FATHOM_ASSIGN_OR_RETURN(BatchDecodeResult res,
-                            RunBatchDecode(m, static_cast<int32_t>(b), a.prompt, a.gen, r, layout, a.prefill_tokens));
+                            RunBatchDecode(m, static_cast<int32_t>(b), a.prompt, a.gen, r, o.layout,
+                                           a.prefill_tokens, o.kv_dtype));
     runs.results.push_back(res);
   }
   runs.after = MeasureBandwidth();
   return runs;
 }
 
-void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, int32_t r, KvLayout layout) {
+void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, int32_t r, const EngineOptions& o) {
   const double bw = runs.bandwidth();
   const double bytes_per_step = static_cast<double>(m.prelude_weight_bytes() +
                                                     static_cast<size_t>(r) * m.core_step_weight_bytes() +
@@ -80,7 +81,8 @@ void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, in
                         {"threads", a.threads},
                         {"prompt_tokens", a.prompt},
                         {"generated_tokens", a.gen},
-                        {"layout", std::string(KvLayoutName(layout))},
+                        {"layout", std::string(KvLayoutName(o.layout))},
+                        {"kv_dtype", std::string(KvDtypeName(o.kv_dtype))},
                         {"weight_bytes_per_step", bytes_per_step},
                         {"bandwidth_read_gbs", std::max(runs.before.read_gbs, runs.after.read_gbs)},
                         {"bandwidth_copy_gbs", std::max(runs.before.copy_gbs, runs.after.copy_gbs)},
@@ -89,9 +91,10 @@ void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, in
     std::printf("%s\n", j.dump().c_str());
     return;
   }
-  std::printf("model %s (%s), loops %d, %lld threads, prompt %lld, gen %lld, weights %.1f MB per step\n",
+  std::printf("model %s (%s), loops %d, %lld threads, prompt %lld, gen %lld, KV %s, weights %.1f MB per step\n",
               a.model_dir.c_str(), m.spec().model_type.c_str(), r, static_cast<long long>(a.threads),
-              static_cast<long long>(a.prompt), static_cast<long long>(a.gen), bytes_per_step / 1e6);
+              static_cast<long long>(a.prompt), static_cast<long long>(a.gen), KvDtypeName(o.kv_dtype).data(),
+              bytes_per_step / 1e6);
   std::printf("memory bandwidth (best of read/copy/triad, before and after): %.1f GB/s\n", bw);
   std::printf("%6s %12s %12s %12s %10s %8s\n", "batch", "prompt tok/s", "decode tok/s", "step ms",
               "weight GB/s", "of bw");
@@ -129,23 +132,24 @@ int RunBenchDecode(const std::vector<std::string>& args) {
   if (!model.ok()) return Fail(cmd, model.status().message(), 1);
   auto r = ResolveLoops((*model)->spec(), static_cast<int32_t>(a.loops));
   if (!r.ok()) return Fail(cmd, "--" + r.status().message(), 2);
-  auto runs = MeasureDecode(**model, a, *batches, *r, opt->layout);
+  auto runs = MeasureDecode(**model, a, *batches, *r, *opt);
   if (!runs.ok()) return Fail(cmd, runs.status().message(), 1);
-  PrintDecode(**model, a, *runs, *r, opt->layout);
+  PrintDecode(**model, a, *runs, *r, *opt);
   return 0;
 }
 
 // One row per (context, batch): the median core-step time or "skipped" (KV over
 // --kv-gb), printed as it is measured unless `json`.
 Result<nlohmann::json> MeasureSteps(const Model& m, const std::vector<int64_t>& contexts,
-                                    const std::vector<int64_t>& batches, int64_t kv_gb, int64_t reps, bool json) {
+                                    const std::vector<int64_t>& batches, int64_t kv_gb, int64_t reps, DType kv_dtype,
+                                    bool json) {
   nlohmann::json rows = nlohmann::json::array();
   if (!json) std::printf("%8s %6s %12s %10s\n", "context", "batch", "step ms", "KV GB");
   for (int64_t c : contexts)
     for (int64_t b : batches) {
       FATHOM_ASSIGN_OR_RETURN(StepLatency res, MeasureCoreStep(m, static_cast<int32_t>(b), c,
                                                                static_cast<size_t>(kv_gb) * 1000000000ull,
-                                                               static_cast<int>(reps)));
+                                                               static_cast<int>(reps), kv_dtype));
       rows.push_back({{"context", c}, {"batch", b}, {"skipped", res.skipped},
                       {"step_ms", res.seconds * 1e3}, {"kv_gb", res.kv_gb}});
       if (json) continue;
@@ -203,12 +207,13 @@ int RunBenchStepLatency(const std::vector<std::string>& args) {
   std::string model_dir, batch_text = "1,2,4,8,16,32,64", ctx_text = "128,512,2048";
   int64_t threads = 2, reps = 5, kv_gb = 8;
   bool json = false, fit = false;
+  EngineFlags engine{kFlagKvDtype};
   FlagSet flags("fathom bench step-latency",
                 "fathom bench step-latency --model DIR [--batch 1,2,4,...,64] [--context 128,512,2048]\n"
-                "                          [--kv-gb 8] [--reps 5] [--threads 2] [--fit] [--json]",
+                "                          [--kv-gb 8] [--reps 5] [--threads 2] [--kv-dtype bf16|f32] [--fit] [--json]",
                 "Latency of one core (loop) step over a batch of decode tokens at each context\n"
                 "length: the median of --reps runs. Configurations whose KV cache (one loop\n"
-                "step's layers, f32) exceeds --kv-gb are skipped and reported as such. --fit: least\n"
+                "step's layers, in --kv-dtype) exceeds --kv-gb are skipped and reported as such. --fit: least\n"
                 "squares of t = delta + gamma N_b + alpha_kv N_c over the measured points (N_b the\n"
                 "batch, N_c = N_b x context the KV tokens read) and the saturation batch per context,\n"
                 "B*(c) = delta / (gamma + alpha_kv c) (B* = delta / gamma at c = 0), plus a separate\n"
@@ -219,6 +224,7 @@ int RunBenchStepLatency(const std::vector<std::string>& args) {
   flags.Int("--kv-gb", &kv_gb, "KV memory budget in GB (default 8)", 1, 1 << 20);
   flags.Int("--reps", &reps, "repetitions per configuration (default 5)", 1, 1000);
   DeclareThreads(flags, &threads);
+  engine.Declare(flags);
   flags.Bool("--fit", &fit, "fit the latency model and report the saturation batch B*");
   flags.Bool("--json", &json, "print one JSON object");
   flags.Require("--model");
@@ -231,10 +237,12 @@ int RunBenchStepLatency(const std::vector<std::string>& args) {
   if (!batches.ok()) return Fail(cmd, batches.status().message(), 2);
   auto contexts = ParseIntList("--context", ctx_text);
   if (!contexts.ok()) return Fail(cmd, contexts.status().message(), 2);
+  auto opt = engine.Options();
+  if (!opt.ok()) return Fail(cmd, opt.status().message(), 2);
   ApplyThreads(threads);
   auto model = Model::Load(model_dir);
   if (!model.ok()) return Fail(cmd, model.status().message(), 1);
-  auto rows = MeasureSteps(**model, *contexts, *batches, kv_gb, reps, json);
+  auto rows = MeasureSteps(**model, *contexts, *batches, kv_gb, reps, opt->kv_dtype, json);
   if (!rows.ok()) return Fail(cmd, rows.status().message(), 1);
   nlohmann::json fit_json;
   if (fit) {
@@ -243,7 +251,8 @@ int RunBenchStepLatency(const std::vector<std::string>& args) {
     fit_json = std::move(*f);
   }
   if (json) {
-    nlohmann::json j = {{"model", model_dir}, {"threads", threads}, {"results", *rows}};
+    nlohmann::json j = {{"model", model_dir}, {"threads", threads},
+                        {"kv_dtype", std::string(KvDtypeName(opt->kv_dtype))}, {"results", *rows}};
     if (fit) j["fit"] = fit_json;
     std::printf("%s\n", j.dump().c_str());
   }
@@ -254,7 +263,7 @@ int RunBenchStepLatency(const std::vector<std::string>& args) {
 
 int RunBench(const std::vector<std::string>& args) {
   constexpr const char* kUsage =
-      "usage: fathom bench decode|step-latency|offline|online|k-sweep|serve|kv-capacity|soak [flags]   (fathom bench <name> --help)\n";
+      "usage: fathom bench decode|step-latency|offline|online|k-sweep|serve|kv-capacity [flags]   (fathom bench <name> --help)\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
@@ -267,8 +276,7 @@ int RunBench(const std::vector<std::string>& args) {
   if (args[0] == "k-sweep") return RunBenchKSweep(rest);
   if (args[0] == "serve") return RunBenchServe(rest);
   if (args[0] == "kv-capacity") return RunBenchKvCapacity(rest);
-  if (args[0] == "soak") return RunBenchSoak(rest);
-  return Fail("bench", "unknown benchmark '" + args[0] + "' (known: decode, step-latency, offline, online, k-sweep, serve, kv-capacity, soak)", 2);
+  return Fail("bench", "unknown benchmark '" + args[0] + "' (known: decode, step-latency, offline, online, k-sweep, serve, kv-capacity)", 2);
 }
 
 }  // namespace fathom::cli

@@ -59,6 +59,7 @@ int RunGenerate(const std::vector<std::string>& args) {
   for (const std::string& a : args)
     if (a == "--requests" || a.rfind("--requests=", 0) == 0) return RunGenerateRequests(args);
   std::string model_dir, prompt_text, init = "zero", criterion = "auto";
+  std::string kv_dtype{KvDtypeName(GenerateOptions{}.kv_dtype)};
   int64_t max_tokens = 16, loops = 0, top_k = 0, seed = 0, threads = 0;
   double exit_threshold = -1, temperature = 0, top_p = 1;
   bool json = false, ignore_eos = false, lookahead = false;
@@ -78,6 +79,7 @@ int RunGenerate(const std::vector<std::string>& args) {
                "exit early: Ouro cumulative exit probability q, Huginn latent change (or KL)", 0, 1e9);
   flags.String("--exit-criterion", &criterion, "auto (default), hazard, latent-diff or kl");
   DeclareLookahead(flags, &lookahead);
+  DeclareKvDtype(flags, &kv_dtype);
   flags.Double("--temperature", &temperature, "sampling temperature; 0 = greedy (default)", 0, 100);
   flags.Double("--top-p", &top_p, "nucleus sampling mass (default 1 = off)", 1e-6, 1);
   flags.Int("--top-k", &top_k, "keep the k most likely tokens (default 0 = off)", 0, 1 << 30);
@@ -101,6 +103,9 @@ int RunGenerate(const std::vector<std::string>& args) {
   if (!init_seed.ok()) return Fail("generate", init_seed.status().message(), 2);
   auto crit = ParseCriterion(criterion);
   if (!crit.ok()) return Fail("generate", crit.status().message(), 2);
+  auto kv = ParseKvDtypeFlag(kv_dtype);
+  if (!kv.ok()) return Fail("generate", kv.status().message(), 2);
+  opt.kv_dtype = *kv;
   opt.prompt = *prompt;
   opt.max_tokens = static_cast<int32_t>(max_tokens);
   opt.loops = static_cast<int32_t>(loops);

@@ -2,6 +2,7 @@
 #include <fstream>
 
 #include "commands.h"
+#include "engine_flags.h"
 #include "exec/generate.h"
 #include "exec/prompt.h"
 #include "flags.h"
@@ -20,6 +21,7 @@ Result<std::optional<uint64_t>> ParseInitState(const std::string& v) {
 
 int RunLogits(const std::vector<std::string>& args) {
   std::string model_dir, ids_text, out_path, init = "zero", precision = "fast";
+  std::string kv_dtype{KvDtypeName(PromptOptions{}.kv_dtype)};
   int64_t loops = 0;
   FlagSet flags("fathom logits",
                 "fathom logits --model DIR --ids 1,2,3 [--loops R] [--init-state zero|seed:N] --out FILE",
@@ -34,6 +36,7 @@ int RunLogits(const std::vector<std::string>& args) {
   flags.String("--precision", &precision,
                "bf16 matmuls: fast (activations rounded to bf16, default) or accurate (split into\n"
                "      two bf16 parts: about 16 mantissa bits, twice the cost)");
+  DeclareKvDtype(flags, &kv_dtype);
   for (const char* r : {"--model", "--ids", "--out"}) flags.Require(r);
   if (Status s = flags.Parse(args); !s.ok()) return Fail("logits", s.message(), 2);
   if (flags.help_requested()) {
@@ -46,6 +49,8 @@ int RunLogits(const std::vector<std::string>& args) {
   if (!init_seed.ok()) return Fail("logits", init_seed.status().message(), 2);
   if (precision != "fast" && precision != "accurate")
     return Fail("logits", "--precision: expected fast or accurate, found '" + precision + "'", 2);
+  auto kv = ParseKvDtypeFlag(kv_dtype);
+  if (!kv.ok()) return Fail("logits", kv.status().message(), 2);
   LoadOptions load;
   load.split_bf16_activations = precision == "accurate";
   auto model = Model::Load(model_dir, load);
@@ -54,6 +59,7 @@ int RunLogits(const std::vector<std::string>& args) {
   PromptOptions opt;
   opt.loops = static_cast<int32_t>(loops);
   opt.random_init = *init_seed;
+  opt.kv_dtype = *kv;
   auto out = RunPrompt(**model, *ids, opt);
   if (!out.ok()) return Fail("logits", out.status().message(), 1);
   std::ofstream f(out_path, std::ios::binary);

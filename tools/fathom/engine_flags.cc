@@ -49,6 +49,7 @@ void EngineFlags::Declare(FlagSet& flags) {
   if (Has(kFlagBlockSize))
     flags.Int("--block-size", &block_size_, "KV block size in token positions" + Default(d.block_size), 1, 4096);
   if (Has(kFlagLookahead)) DeclareLookahead(flags, &lookahead_);
+  if (Has(kFlagKvDtype)) DeclareKvDtype(flags, &kv_dtype_);
 }
 
 Result<EngineOptions> EngineFlags::Options() const {
@@ -68,7 +69,19 @@ Result<EngineOptions> EngineFlags::Options() const {
   o.kv_bytes = Has(kFlagKvMib) ? static_cast<size_t>(kv_mib_) << 20 : static_cast<size_t>(kv_bytes_);
   o.block_size = static_cast<int32_t>(block_size_);
   o.lookahead = lookahead_;
+  FATHOM_ASSIGN_OR_RETURN(o.kv_dtype, ParseKvDtypeFlag(kv_dtype_));
   return o;
+}
+
+void DeclareKvDtype(FlagSet& flags, std::string* name) {
+  flags.String("--kv-dtype", name,
+               "K/V cache storage: bf16 (half the bytes per token) or f32 (exact) (default " + *name + ")");
+}
+
+Result<DType> ParseKvDtypeFlag(const std::string& name) {
+  const std::optional<DType> t = ParseKvDtype(name);
+  if (!t) return Status::Error("--kv-dtype: '" + name + "' is not bf16 or f32");
+  return *t;
 }
 
 void DeclareLookahead(FlagSet& flags, bool* lookahead) {

@@ -37,13 +37,14 @@ enum EngineFlag : uint32_t {
   kFlagKvMib = 1u << 9,          // --kv-mb N              kv_bytes = N MiB
   kFlagBlockSize = 1u << 10,     // --block-size N         block_size
   kFlagLookahead = 1u << 11,     // --lookahead            lookahead
+  kFlagKvDtype = 1u << 12,       // --kv-dtype bf16|f32    kv_dtype
 };
 
 // Every option but the KV pool's size, whose unit a command chooses (kFlagKvBytes or
 // kFlagKvMib).
 constexpr uint32_t kEngineFlagsAll = kFlagScheduler | kFlagLayout | kFlagSharedAfter | kFlagWidth | kFlagK |
                                      kFlagFlushSteps | kFlagPrefillBudget | kFlagMaxDepth | kFlagBlockSize |
-                                     kFlagLookahead;
+                                     kFlagLookahead | kFlagKvDtype;
 
 class EngineFlags {
  public:
@@ -66,7 +67,8 @@ class EngineFlags {
   uint32_t which_;
   std::string max_depth_default_;
   const EngineOptions defaults_{};
-  std::string scheduler_{SchedModeName(defaults_.mode)}, layout_{KvLayoutName(defaults_.layout)};
+  std::string scheduler_{SchedModeName(defaults_.mode)}, layout_{KvLayoutName(defaults_.layout)},
+      kv_dtype_{KvDtypeName(defaults_.kv_dtype)};
   int64_t shared_after_ = defaults_.shared_after, width_ = defaults_.width, k_ = defaults_.min_coda,
           flush_steps_ = defaults_.flush_steps, prefill_budget_ = defaults_.prefill_budget,
           max_depth_ = defaults_.max_depth, kv_bytes_ = static_cast<int64_t>(defaults_.kv_bytes),
@@ -83,6 +85,10 @@ constexpr uint32_t kSweepEngineFlags = (kEngineFlagsAll | kFlagKvMib) & ~kFlagSc
 
 // --lookahead alone, for commands without an Engine (single-sequence generate).
 void DeclareLookahead(FlagSet& flags, bool* lookahead);
+// --kv-dtype alone, for commands without an Engine (single-sequence generate, logits);
+// *name holds the default on entry. ParseKvDtypeFlag: the dtype, or an error naming the flag.
+void DeclareKvDtype(FlagSet& flags, std::string* name);
+Result<DType> ParseKvDtypeFlag(const std::string& name);
 
 // The --min-depth flag of the benchmarks: its default follows --lookahead.
 std::string MinDepthHelp();
