@@ -248,6 +248,39 @@ TEST(Engine, RejectsWhatCanNeverFitAndReportsFieldErrors) {
   EXPECT_NE((*e)->AddRequest(r).status().message().find("loops"), std::string::npos);
 }
 
+// A KV budget in bytes holds twice the blocks in bf16, and admits twice the requests at once.
+TEST(Engine, Bf16KvBudgetHoldsTwiceTheSequences) {
+  const Model& m = TinyModel("llama");
+  EngineOptions opt;
+  opt.kv_bytes = 8 * BlockPool::BytesPerBlock(16, m.spec().kv_dim(), DType::kF32);
+  opt.width = 64;
+  int64_t running[2] = {0, 0};
+  for (const DType t : {DType::kF32, DType::kBF16}) {
+    opt.kv_dtype = t;
+    auto e = Engine::Create(m, opt);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    EXPECT_EQ((*e)->kv().dtype(), t);
+    EXPECT_EQ((*e)->kv().pool().num_blocks(), t == DType::kF32 ? 8 : 16);
+    EXPECT_EQ((*e)->kv().bytes_total(), opt.kv_bytes);
+    EXPECT_EQ((*e)->kv().BytesPerToken(TokenPhase::kDecode),
+              (*e)->kv().table().LayersPerToken(TokenPhase::kDecode) * 2u * m.spec().kv_dim() * DTypeSize(t));
+    // Requests of one block per layer each (prompt 8 + 4 tokens <= 16 positions).
+    for (int i = 0; i < 32; ++i) {
+      RequestSpec r;
+      r.prompt = {1 + i, 2, 3, 4, 5, 6, 7, 8};
+      r.max_tokens = 4;
+      r.stop_at_eos = false;
+      ASSERT_TRUE((*e)->AddRequest(r).ok());
+    }
+    ASSERT_TRUE((*e)->Step().ok());  // the first prefill admits what fits
+    running[t == DType::kBF16] = (*e)->kv().num_sequences();
+    ASSERT_TRUE((*e)->RunToCompletion().ok());
+    EXPECT_EQ((*e)->kv().bytes_used(), 0u);
+  }
+  EXPECT_GT(running[0], 0);
+  EXPECT_EQ(running[1], 2 * running[0]);
+}
+
 TEST(Engine, CancelFreesEverything) {
   const Model& m = TinyModel("huginn");
   EngineOptions opt;
