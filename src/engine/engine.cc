@@ -282,12 +282,13 @@ Status Engine::Step() {
 
 // Per-token budgets, per-tier counts and deadline misses for this step's events.
 void Engine::Account(double now) {
-  for (const TokenEvent& e : events_) {
+  for (TokenEvent& e : events_) {
     Req& r = At(e.req);
     TierStats& t = stats_.tier[TierRank(r.spec.tier)];
     if (e.token >= 0) {
       const bool decode = plan_.stage == Stage::kCoda;
-      r.budgets.push_back(decode ? static_cast<float>(r.token_b) : 1.f);
+      e.budget = decode ? static_cast<float>(r.token_b) : 1.f;
+      r.budgets.push_back(e.budget);
       ++t.tokens;
       if (decode) ++t.decode_tokens, t.depth_sum += e.depth, t.budget_sum += r.token_b;
     }

@@ -75,6 +75,7 @@ struct TokenEvent {
   int32_t token = -1;
   int32_t depth = 0;  // loop steps run to produce it
   FinishReason finish = FinishReason::kNone;
+  float budget = 1.f;  // the budget b it ran under (filled by the engine; 1 for the prefill's token)
 };
 
 }  // namespace fathom

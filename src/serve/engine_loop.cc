@@ -43,6 +43,12 @@ Submission EngineLoop::Submit(RequestSpec spec) {
     s.message = "the server is shutting down";
     return s;
   }
+  if (reclaimed_) {
+    ++rejected_draining_;
+    s.code = SubmitCode::kReclaimed;
+    s.message = "the server is being reclaimed: it takes no new requests";
+    return s;
+  }
   if (pending_ >= opt_.max_pending) {
     ++rejected_overloaded_;
     s.code = SubmitCode::kOverloaded;
@@ -61,6 +67,13 @@ void EngineLoop::Cancel(const std::shared_ptr<RequestStream>& stream, bool stop_
   if (!stream) return;
   std::lock_guard<std::mutex> lk(mu_);
   cancels_.emplace_back(stream, stop_string);
+  cv_.notify_all();
+}
+
+void EngineLoop::NoticeReclaim(double seconds) {
+  std::lock_guard<std::mutex> lk(mu_);
+  reclaimed_ = true;
+  reclaim_notice_ = seconds;
   cv_.notify_all();
 }
 
@@ -113,8 +126,11 @@ void EngineLoop::Run() {
     {
       std::unique_lock<std::mutex> lk(mu_);
       const bool work = engine_->HasWork();
-      cv_.wait(lk, [&] { return stop_ || !inbox_.empty() || !cancels_.empty() || (work && !paused_); });
+      cv_.wait(lk, [&] {
+        return stop_ || !inbox_.empty() || !cancels_.empty() || reclaim_notice_ || (work && !paused_);
+      });
       if (stop_) break;
+      if (reclaim_notice_) engine_->NoticeReclaim(*reclaim_notice_), reclaim_notice_.reset();
       inbox.swap(inbox_);
       cancels.swap(cancels_);
       step = !paused_;
@@ -259,6 +275,19 @@ void EngineLoop::UpdateMetrics() {
   m.prompt_tokens = prompt_tokens_;
   m.output_tokens = st.output_tokens;
   m.window_seconds = opt_.rate_window_seconds;
+  m.budget = e.budget().b;
+  m.reclaim_noticed = e.reclaim_noticed();
+  m.deadline_misses = st.deadline_misses;
+  m.deadline_hopeless = st.deadline_hopeless;
+  for (int t = 0; t < kNumServiceTiers; ++t) {
+    const TierStats& ts = st.tier[t];
+    const auto n = static_cast<double>(ts.decode_tokens);
+    m.tier_requests[t] = ts.requests;
+    m.tier_tokens[t] = ts.tokens;
+    m.tier_deadline_misses[t] = ts.deadline_misses;
+    m.tier_mean_exit_depth[t] = n > 0 ? static_cast<double>(ts.depth_sum) / n : 0.0;
+    m.tier_mean_budget[t] = n > 0 ? ts.budget_sum / n : 0.0;
+  }
   // One rate sample per 100 ms keeps the window's deque small at any step rate.
   if (now - rate_samples_.back().first >= 0.1) rate_samples_.emplace_back(now, st.output_tokens);
   else rate_samples_.back().second = st.output_tokens;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -35,7 +36,8 @@ struct EngineLoopOptions {
   int64_t pause_at_output_tokens = 0;
 };
 
-enum class SubmitCode { kOk, kOverloaded, kDraining };
+// kReclaimed: a reclaim notice arrived (HTTP 503 with Retry-After).
+enum class SubmitCode { kOk, kOverloaded, kDraining, kReclaimed };
 
 struct Submission {
   SubmitCode code = SubmitCode::kOk;
@@ -62,6 +64,10 @@ class EngineLoop {
   // New submissions are refused (kDraining); running ones continue.
   void BeginDrain();
   bool draining() const;
+  // Any thread: the machine is reclaimed in `seconds`. New submissions are refused
+  // (kReclaimed); the engine gets the notice on its next step (Engine::NoticeReclaim), so
+  // b falls for the requests in flight to finish in time.
+  void NoticeReclaim(double seconds);
   // Blocks until no request is pending (submitted and not finished).
   void WaitIdle();
   // Stops the thread; requests still running are cancelled and their streams failed.
@@ -98,6 +104,8 @@ class EngineLoop {
   std::vector<std::pair<std::shared_ptr<RequestStream>, bool>> cancels_;
   int64_t pending_ = 0;
   bool draining_ = false, paused_ = false, stop_ = false;
+  bool reclaimed_ = false;
+  std::optional<double> reclaim_notice_;  // for the loop thread to pass on
   int64_t rejected_overloaded_ = 0, rejected_draining_ = 0;
 
   // Loop thread only.

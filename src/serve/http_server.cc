@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -46,6 +47,7 @@ CompletionResult Summarize(const TextGeneration& gen, const RequestStream& strea
   r.prompt_tokens = stream.prompt_tokens();
   r.completion_tokens = gen.tokens();
   r.mean_exit_depth = gen.mean_depth();
+  r.mean_budget = gen.mean_budget();
   return r;
 }
 
@@ -103,6 +105,7 @@ class FrontServer : public httplib::Server {
 ModelLimits WithServerLimits(ModelLimits l, const ServerOptions& o) {
   l.max_prompt_tokens = o.max_prompt_tokens;
   l.max_output_tokens = o.max_output_tokens;
+  l.default_deadline_ms = o.default_deadline_ms;
   return l;
 }
 
@@ -242,6 +245,31 @@ void HttpServer::Routes() {
     res.set_content(draining ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}", "application/json");
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { HandleMetrics(res); });
+  s.Post("/v1/admin/reclaim_notice",
+         [this](const httplib::Request& req, httplib::Response& res) { HandleReclaim(req, res); });
+}
+
+void HttpServer::HandleReclaim(const httplib::Request& req, httplib::Response& res) {
+  // The pre-routing handler has checked the key when there is one; an admin endpoint must
+  // not be open on a server that has none.
+  if (opt_.api_key.empty())
+    return SendError(res, Error(403, "permission_error",
+                                "admin endpoints need the server to run with --api-key or --api-key-file"));
+  json j;
+  try {
+    j = json::parse(req.body);
+  } catch (const json::exception&) {
+    return SendError(res, InvalidRequest("", "the request body is not valid JSON"));
+  }
+  const auto it = j.is_object() ? j.find("seconds") : j.end();
+  if (it == j.end() || !it->is_number())
+    return SendError(res, InvalidRequest("seconds", "'seconds' must be a number of seconds left"));
+  const double seconds = it->get<double>();
+  if (!(seconds >= 0 && seconds <= 1e9))
+    return SendError(res, InvalidRequest("seconds", "'seconds' must be in [0, 1e9], found " + Dump(*it)));
+  reclaim_retry_after_s_ = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(seconds)));
+  loop_.NoticeReclaim(seconds);
+  res.set_content(Dump(json{{"status", "reclaiming"}, {"seconds", seconds}}), "application/json");
 }
 
 void HttpServer::HandleMetrics(httplib::Response& res) {
@@ -330,6 +358,10 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req, 
     return SendError(res, Error(429, "rate_limit_error", sub.message));
   }
   if (sub.code == SubmitCode::kDraining) return SendError(res, Error(503, "service_unavailable", sub.message));
+  if (sub.code == SubmitCode::kReclaimed) {
+    res.set_header("Retry-After", std::to_string(reclaim_retry_after_s_.load()));
+    return SendError(res, Error(503, "service_unavailable", sub.message));
+  }
   if (Status st = sub.stream->WaitAdmitted(); !st.ok()) {
     // Failed before admission: the loop stopped; otherwise the engine refused it.
     if (!sub.stream->error().empty()) return SendError(res, Error(503, "service_unavailable", st.message()));

@@ -64,6 +64,8 @@ struct ServerOptions {
   // context is the only limit.
   int64_t max_prompt_tokens = 0;
   int64_t max_output_tokens = 0;
+  // The deadline of a request that names none (deadline_ms); 0: none.
+  int64_t default_deadline_ms = 0;
 };
 
 // Whether `got` equals `want`, in a time that depends only on want's length: an API key
@@ -110,6 +112,9 @@ class HttpServer {
   // One call of a stream's content provider: what arrived, a heartbeat, or the end.
   bool StreamStep(StreamJob& job, httplib::DataSink& sink);
   void HandleMetrics(httplib::Response& res);
+  // POST /v1/admin/reclaim_notice {"seconds": T}: needs the API key (403 when the server
+  // has none); new requests get 503 with Retry-After afterwards.
+  void HandleReclaim(const httplib::Request& req, httplib::Response& res);
   bool Authorized(const httplib::Request& req) const;
   void SendError(httplib::Response& res, const ApiError& e);
   void HandlerDone();
@@ -127,6 +132,7 @@ class HttpServer {
   std::atomic<bool> stop_requested_{false};
   std::atomic<int64_t> next_id_{1};
   std::atomic<int64_t> rejected_invalid_{0}, rejected_unauthorized_{0}, timed_out_{0};
+  std::atomic<int64_t> reclaim_retry_after_s_{1};  // Retry-After of a 503 after a reclaim notice
 
   // Generation requests being answered (a stream counts until its response is released).
   std::mutex mu_;

@@ -115,6 +115,41 @@ std::string RenderPrometheus(const MetricsSnapshot& m) {
                 m.window_seconds);
   w.Family("output_tokens_per_second", "gauge", help);
   w.Sample("output_tokens_per_second", "", m.output_tokens_per_second);
+
+  w.Family("budget", "gauge", "The budget controller's b in [0, 1] after the last step (1: full compute).");
+  w.Sample("budget", "", m.budget);
+  w.Family("reclaim_noticed", "gauge", "1 once a reclaim notice arrived (new requests get 503).");
+  w.Sample("reclaim_noticed", "", static_cast<int64_t>(m.reclaim_noticed));
+  static const char* const kTiers[3] = {"priority", "default", "flex"};
+  const struct {
+    const char* name;
+    const char* type;
+    const char* help;
+    const int64_t* counts;
+    const double* means;
+  } per_tier[] = {
+      {"tier_requests_total", "counter", "Requests added, by service tier.", m.tier_requests, nullptr},
+      {"tier_output_tokens_total", "counter", "Generated tokens, by service tier.", m.tier_tokens, nullptr},
+      {"tier_deadline_misses_total", "counter", "Requests finished after their deadline, by service tier.",
+       m.tier_deadline_misses, nullptr},
+      {"tier_mean_exit_depth", "gauge", "Mean loop steps per decoded token since start, by service tier.", nullptr,
+       m.tier_mean_exit_depth},
+      {"tier_mean_budget", "gauge", "Mean budget b of decoded tokens since start, by service tier.", nullptr,
+       m.tier_mean_budget},
+  };
+  for (const auto& f : per_tier) {
+    w.Family(f.name, f.type, f.help);
+    for (int t = 0; t < 3; ++t) {
+      const std::string label = std::string("tier=\"") + kTiers[t] + "\"";
+      if (f.counts) w.Sample(f.name, label, f.counts[t]);
+      else w.Sample(f.name, label, f.means[t]);
+    }
+  }
+  w.Family("deadline_misses_total", "counter", "Requests finished after their deadline (all tiers).");
+  w.Sample("deadline_misses_total", "", m.deadline_misses);
+  w.Family("deadline_hopeless_total", "counter",
+           "Requests with a deadline found unmeetable even at b = 0 (still served; kept out of b).");
+  w.Sample("deadline_hopeless_total", "", m.deadline_hopeless);
   return std::move(w.out());
 }
 

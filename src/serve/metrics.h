@@ -41,6 +41,14 @@ struct MetricsSnapshot {
   // Output tokens per second over the last `window_seconds` (or since start if shorter).
   double output_tokens_per_second = 0;
   double window_seconds = 10;
+  // The budget (issue 14): the controller's b after the last step, and per service tier
+  // (priority, default, flex) requests added, output tokens, mean exit depth and budget of
+  // their decode tokens, deadline misses.
+  double budget = 1;
+  int64_t tier_requests[3] = {}, tier_tokens[3] = {}, tier_deadline_misses[3] = {};
+  double tier_mean_exit_depth[3] = {}, tier_mean_budget[3] = {};
+  int64_t deadline_misses = 0, deadline_hopeless = 0;
+  bool reclaim_noticed = false;
 };
 
 std::string RenderPrometheus(const MetricsSnapshot& m);

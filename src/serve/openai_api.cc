@@ -262,6 +262,32 @@ std::optional<std::string> JsonDepthError(std::string_view text, int max_depth) 
   return std::nullopt;
 }
 
+namespace {
+
+// deadline_ms, budget, service_tier, thinking_token_budget (ApiRequest).
+std::optional<ApiError> ParseBudgetFields(const json& j, ApiRequest* out) {
+  std::optional<int64_t> n;
+  if (auto e = GetInt(j, "deadline_ms", 1, int64_t{1} << 40, &n)) return e;
+  out->deadline_ms = n;
+  if (Field(j, "budget")) {
+    double b = 0;
+    if (auto e = GetNumber(j, "budget", 0, 1, &b)) return e;
+    out->budget = b;
+  }
+  if (const json* t = Field(j, "service_tier")) {
+    if (!t->is_string()) return WrongType("service_tier", "a string", *t);
+    auto tier = ParseServiceTier(t->get<std::string>());
+    if (!tier.ok()) return InvalidRequest("service_tier", tier.status().message());
+    out->service_tier = tier.value();
+  }
+  n.reset();
+  if (auto e = GetInt(j, "thinking_token_budget", 0, INT32_MAX, &n)) return e;
+  out->thinking_token_budget = n;
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<ApiError> ParseApiRequest(Endpoint endpoint, std::string_view body, ApiRequest* out) {
   *out = ApiRequest();
   out->endpoint = endpoint;
@@ -328,7 +354,7 @@ std::optional<ApiError> ParseApiRequest(Endpoint endpoint, std::string_view body
   n.reset();
   if (auto e = GetInt(j, "min_loops", 1, 4096, &n)) return e;
   if (n) out->min_loops = static_cast<int32_t>(*n);
-  return std::nullopt;
+  return ParseBudgetFields(j, out);
 }
 
 ModelLimits LimitsOf(const Model& model, const Engine& engine) {
@@ -406,6 +432,12 @@ std::optional<ApiError> BuildRequestSpec(const ApiRequest& req, std::vector<int3
     r.exit.threshold = *req.exit_threshold;
   }
   if (req.min_loops) r.exit.min_depth = *req.min_loops;
+  if (req.thinking_token_budget)
+    return InvalidRequest("thinking_token_budget", "'thinking_token_budget' is not implemented yet (reasoning stop)");
+  r.budget = req.budget;
+  r.tier = req.service_tier;
+  const int64_t deadline_ms = req.deadline_ms ? *req.deadline_ms : limits.default_deadline_ms;
+  r.deadline_s = static_cast<double>(deadline_ms) / 1000.0;
   *out = std::move(r);
   return std::nullopt;
 }
@@ -436,7 +468,7 @@ json CompletionResponse(Endpoint endpoint, const ResponseMeta& meta, const Compl
     choice["message"] = {{"role", "assistant"}, {"content", r.text}};
   j["choices"] = json::array({choice});
   j["usage"] = Usage(r);
-  j["fathom"] = {{"mean_exit_depth", r.mean_exit_depth}};
+  j["fathom"] = {{"mean_exit_depth", r.mean_exit_depth}, {"mean_budget", r.mean_budget}};
   return j;
 }
 
@@ -462,7 +494,7 @@ json UsageChunk(Endpoint endpoint, const ResponseMeta& meta, const CompletionRes
   json j = Base(endpoint, meta, true);
   j["choices"] = json::array();
   j["usage"] = Usage(r);
-  j["fathom"] = {{"mean_exit_depth", r.mean_exit_depth}};
+  j["fathom"] = {{"mean_exit_depth", r.mean_exit_depth}, {"mean_budget", r.mean_budget}};
   return j;
 }
 

@@ -8,7 +8,8 @@
 // suffix, penalties, logit_bias, tools) are a 400 naming the field rather than silently
 // different output. fathom extensions: `exit_threshold` (the model's own exit signal),
 // `max_loops` (loop steps at full depth), `min_loops` (the exit policy's minimum depth),
-// `ignore_eos` (as vLLM).
+// `ignore_eos` (as vLLM), `deadline_ms`, `budget` (issue 14; `service_tier` is OpenAI's, and
+// every response carries "fathom": {"mean_exit_depth", "mean_budget"}).
 #pragma once
 
 #include <cstdint>
@@ -59,6 +60,13 @@ struct ApiRequest {
   std::optional<double> exit_threshold;
   int32_t max_loops = 0;              // 0: the engine's depth
   std::optional<int32_t> min_loops;
+  // The budget (issue 14): `deadline_ms` from arrival, a fixed `budget` in [0, 1], OpenAI's
+  // `service_tier` ("auto" is "default"), vLLM's `thinking_token_budget` (parsed and
+  // validated; reasoning stop is not implemented yet, so a request with it gets a 400).
+  std::optional<int64_t> deadline_ms;
+  std::optional<double> budget;
+  ServiceTier service_tier = ServiceTier::kDefault;
+  std::optional<int64_t> thinking_token_budget;
 };
 
 // Parses and validates a request body. On error returns it (400, naming the field).
@@ -85,6 +93,7 @@ struct ModelLimits {
   // the context. A request beyond one is a 400 naming the field and the flag.
   int64_t max_prompt_tokens = 0;
   int64_t max_output_tokens = 0;
+  int64_t default_deadline_ms = 0;  // --default-deadline-ms: for requests with none; 0: none
 };
 // The limits of `engine` serving `model` (its KV depth, the model's positions).
 ModelLimits LimitsOf(const Model& model, const Engine& engine);
@@ -105,6 +114,7 @@ struct CompletionResult {
   std::string finish_reason;  // "length", "stop"
   int64_t prompt_tokens = 0, completion_tokens = 0;
   double mean_exit_depth = 0;  // over this request's tokens (fathom extension)
+  double mean_budget = 1;      // the mean budget b its tokens ran under (fathom extension)
 };
 
 struct ResponseMeta {

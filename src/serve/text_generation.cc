@@ -16,6 +16,7 @@ std::string TextGeneration::Push(const TokenEvent& e) {
   if (e.token >= 0) {
     ++tokens_;
     depth_sum_ += e.depth;
+    budget_sum_ += e.budget;
     out = stop_->Push(dec_.Push(e.token));
   }
   if (stop_->stopped()) {

@@ -33,6 +33,7 @@ class TextGeneration {
   const std::string& finish_reason() const { return finish_; }
   int64_t tokens() const { return tokens_; }
   double mean_depth() const { return tokens_ ? static_cast<double>(depth_sum_) / static_cast<double>(tokens_) : 0.0; }
+  double mean_budget() const { return tokens_ ? budget_sum_ / static_cast<double>(tokens_) : 1.0; }
   const std::string& text() const { return text_; }  // everything emitted so far
 
  private:
@@ -40,6 +41,7 @@ class TextGeneration {
   std::unique_ptr<StopMatcher> stop_;
   std::string text_, finish_;
   int64_t tokens_ = 0, depth_sum_ = 0;
+  double budget_sum_ = 0;
   bool done_ = false, by_string_ = false;
 };
 

@@ -555,5 +555,58 @@ TEST_F(HttpServerTest, ThirtyTwoConcurrentClients) {
   }
 }
 
+TEST_F(HttpServerTest, ReclaimNoticeNeedsTheKeyThenNewRequestsGet503) {
+  // No API key configured: the admin endpoint is closed.
+  StartServer();
+  auto closed = Post("/v1/admin/reclaim_notice", R"({"seconds": 5})");
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->status, 403);
+  server_.reset();
+  loop_.reset();
+
+  ServerOptions so;
+  so.api_key = "sekret";
+  StartServer({}, so);
+  const httplib::Headers key = {{"Authorization", "Bearer sekret"}};
+  for (const httplib::Headers& h : {httplib::Headers{}, httplib::Headers{{"Authorization", "Bearer wrong"}}}) {
+    auto r = Post("/v1/admin/reclaim_notice", R"({"seconds": 5})", h);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401);
+  }
+  auto before = Post("/v1/completions", R"({"prompt": "abc", "max_tokens": 3, "service_tier": "flex", "deadline_ms": 60000})", key);
+  ASSERT_TRUE(before);
+  ASSERT_EQ(before->status, 200) << before->body;
+  EXPECT_EQ(json::parse(before->body)["fathom"]["mean_budget"], 1.0);
+  for (const char* bad : {R"({"seconds": "soon"})", R"({"seconds": -1})", R"({})"}) {
+    auto r = Post("/v1/admin/reclaim_notice", bad, key);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << bad;
+    EXPECT_EQ(json::parse(r->body)["error"]["param"], "seconds") << bad;
+  }
+  auto notice = Post("/v1/admin/reclaim_notice", R"({"seconds": 2.5})", key);
+  ASSERT_TRUE(notice);
+  EXPECT_EQ(notice->status, 200) << notice->body;
+  auto after = Post("/v1/completions", CompletionBody("abc", 3), key);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 503);
+  EXPECT_EQ(after->get_header_value("Retry-After"), "3");
+  const std::string m = Metrics();
+  EXPECT_EQ(MetricValue(m, "fathom_tier_requests_total", "tier=\"flex\""), 1) << m;
+  EXPECT_GT(MetricValue(m, "fathom_tier_output_tokens_total", "tier=\"flex\""), 0) << m;
+  EXPECT_GT(MetricValue(m, "fathom_tier_mean_exit_depth", "tier=\"flex\""), 0) << m;
+  EXPECT_EQ(MetricValue(m, "fathom_tier_requests_total", "tier=\"priority\""), 0) << m;
+  EXPECT_EQ(MetricValue(m, "fathom_deadline_misses_total"), 0) << m;
+  EXPECT_EQ(MetricValue(m, "fathom_reclaim_noticed"), 1) << m;
+  EXPECT_GE(MetricValue(m, "fathom_budget"), 0) << m;
+}
+
+TEST_F(HttpServerTest, BadBudgetFieldsAre400) {
+  StartServer();
+  auto r = Post("/v1/completions", R"({"prompt": "abc", "budget": 2})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "budget");
+}
+
 }  // namespace
 }  // namespace fathom::serve

@@ -31,6 +31,8 @@ struct ServeArgs {
   int64_t max_connections = kDefaults.max_connections, idle_timeout_s = kDefaults.idle_timeout_ms / 1000,
           read_timeout_s = kDefaults.read_timeout_ms / 1000, request_timeout_s = kDefaults.request_timeout_ms / 1000,
           max_prompt_tokens = kDefaults.max_prompt_tokens, max_output_tokens = kDefaults.max_output_tokens;
+  int64_t default_deadline_ms = kDefaults.default_deadline_ms;
+  bool budget_control = false;
   EngineFlags engine{kServeEngineFlags};
 
   void Declare(FlagSet& f) {
@@ -59,13 +61,18 @@ struct ServeArgs {
           dflt(max_prompt_tokens), 0, 1 << 30);
     f.Int("--max-output-tokens", &max_output_tokens, "largest max_tokens accepted, else 400; 0: the model's context" +
           dflt(max_output_tokens), 0, 1 << 30);
+    f.Int("--default-deadline-ms", &default_deadline_ms,
+          "deadline of a request without deadline_ms; 0: none" + dflt(default_deadline_ms), 0, int64_t{1} << 40);
+    f.Bool("--budget-control", &budget_control,
+           "recompute the compute budget b every step from deadlines, queue, KV and reclaim notices (issue 14)");
     f.Require("--model");
   }
 };
 
 // Serves until SIGTERM / SIGINT (blocked in `sigs` by the caller), which drain.
 int Serve(const ServeArgs& a, const sigset_t& sigs, const Model& model, const Tokenizer& tok,
-          const EngineOptions& opt) {
+          EngineOptions opt) {
+  opt.budget_control = a.budget_control;
   auto engine = Engine::Create(model, opt);
   if (!engine.ok()) return Fail("serve", engine.status().message(), 1);
   const serve::ModelLimits limits = serve::LimitsOf(model, **engine);
@@ -86,6 +93,7 @@ int Serve(const ServeArgs& a, const sigset_t& sigs, const Model& model, const To
   sopt.request_timeout_ms = a.request_timeout_s * 1000;
   sopt.max_prompt_tokens = a.max_prompt_tokens;
   sopt.max_output_tokens = a.max_output_tokens;
+  sopt.default_deadline_ms = a.default_deadline_ms;
   serve::HttpServer server(tok, loop, limits, sopt);
   if (Status s = server.Bind(); !s.ok()) return Fail("serve", s.message(), 1);
   std::printf("fathom serve: listening on http://%s:%d (model '%s', scheduler %s)\n", a.host.c_str(), server.port(),
