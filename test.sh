@@ -14,6 +14,9 @@ if [ "${1:-}" = "--sanitize" ]; then
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 fi
+# A compiler cache where one is installed (.ci/run installs ccache on the CI host; a fresh
+# machine has none, so the fresh-machine check always builds from nothing).
+command -v ccache > /dev/null && flags+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 cmake -S . -B "$dir" -G Ninja "${flags[@]}" > /dev/null
 cmake --build "$dir"
 ctest --test-dir "$dir" --output-on-failure -j2
