@@ -9,9 +9,13 @@ computed in float32 on the CPU; checkpoint weights (F32 / BF16 / F16) are upcast
         [--loops R] [--exit-thresholds 0.2,0.5,0.9] [--init-state zero | --init-state-file F] \
         [--incremental] --out-dir OUT
         [--decode-ids 5,6,7 [--exit-depths 4,1,2] [--layout NAME] [--shared-after S]]
+    /usr/bin/python3 tests/reference/reference.py --model DIR --ids 1,2,3,... --perplexity --out-dir OUT \
+        [--context N] [--loops R | --exit-threshold Q [--budget B] [--exit-criterion C]] [--layout NAME]
 
 --decode-ids adds a teacher-forced decode under a KV layout with scripted exit depths
 (prefill_logits.f32, decode_logits.f32, decode_signals.f32; see run_layout / LayoutKV).
+--perplexity scores the ids teacher-forced in windows, each token at its own exit depth, as
+`fathom eval` does (nll.f32, nll_depths.f32, perplexity.json; see perplexity_windows).
 See README.md next to this file for the files written and the upstream sources.
 Shapes in comments: S = tokens in this call, E = hidden size, H = query heads,
 Hkv = key/value heads, D = head dim, V = vocab size, R = loop steps.
@@ -819,6 +823,106 @@ def write_f32(out_dir, name, tensor, meta):
     meta["files"][name] = list(tensor.shape)
 
 
+
+# ----------------------------------------------------------------------------------------
+# Teacher-forced perplexity as served (--perplexity mode; what `fathom eval` computes).
+# ----------------------------------------------------------------------------------------
+
+
+def exit_depth(fam, sig, kl, R, threshold, criterion):
+    """1-based exit depth of one token from its signals over all R steps (sig, kl: [R]).
+    A step's signal depends only on the steps up to it, so reading all R and taking the
+    first step that meets the rule is the same decision as stopping there.
+      Ouro (hazard):   first t with cumsum(p)_t >= q, p from the gates as upstream's pdf
+                       (ouro_exit_pdf / ouro_exit_steps), else R.
+      Huginn:          first r with latent_diff_r < t (or kl_r < t with criterion kl), else R."""
+    if fam == "ouro" and criterion in ("auto", "hazard"):
+        pdf = ouro_exit_pdf(sig[:, None])  # [R, 1]
+        return int(ouro_exit_steps(pdf, [threshold])[0, 0].item())
+    values = kl if criterion == "kl" else sig
+    for r in range(R):
+        if values[r].item() < threshold:
+            return r + 1
+    return R
+
+
+def perplexity_windows(W, cfg, ids, context, loops=None, layout="depth-indexed", shared_after=1,
+                       threshold=None, budget=None, criterion="auto"):
+    """Per-prediction NLL (natural log, float64) and depth of `ids` ([N] long), teacher-forced:
+    non-overlapping windows of `context` tokens, each with an empty KV cache; in a window,
+    token 0 is a one-token prompt (every loop step) predicting token 1, each later token but
+    the last is a decode token fed alone through the KV layout (run_layout's semantics:
+    LayoutKV, exit copies) running its own exit depth, whose logits predict the next token.
+    Looped families: depth R without a threshold; with one, each decode token's depth is
+    its exit rule on its own signals (exit_depth), the threshold scaled by the budget b as
+    the serving path does (Ouro q*b; Huginn t/b, b = 0: the first step). Dense and LCKV:
+    every token through the plain KV cache one at a time (depth 0).
+    Returns (nll [n_pred] float64, depths [n_pred] long)."""
+    fam = family_of(cfg)
+    R = default_loops(cfg) if loops is None else loops
+    if threshold is not None and budget is not None:
+        if fam == "ouro" and criterion in ("auto", "hazard"):
+            threshold = threshold * budget
+        else:
+            threshold = threshold / budget if budget > 0 else math.inf
+    nlls, depths = [], []
+
+    def score(logits, target, depth):
+        nlls.append(-torch.log_softmax(logits.to(torch.float64), dim=-1)[target].item())
+        depths.append(depth)
+
+    for b in range(0, ids.numel() - 1, context):
+        win = ids[b : b + context]
+        n = win.numel()
+        if fam in ("dense", "lckv"):
+            logits = run(W, cfg, win, incremental=True)["logits"]
+            for i in range(n - 1):
+                score(logits[i], win[i + 1], 0)
+            continue
+        n_core, call = ((cfg["num_hidden_layers"], ouro_layout_call) if fam == "ouro" else
+                        (cfg.get("n_layers_in_recurrent_block", 4), huginn_layout_call))
+        kv = LayoutKV(layout, R, n_core, 1, shared_after)
+        score(call(W, cfg, win[:1], 0, kv, R)[0][0], win[1], R)
+        for i in range(1, n - 1):
+            e = R
+            if threshold is not None:
+                probe = LayoutKV(layout, R, n_core, 1, shared_after)
+                probe.store = {slot: dict(rows) for slot, rows in kv.store.items()}
+                _, sig, *kl = call(W, cfg, win[i : i + 1], i, probe, R)
+                e = exit_depth(fam, sig[:, 0], kl[0][:, 0] if kl else None, R, threshold, criterion)
+            logits = call(W, cfg, win[i : i + 1], i, kv, e)[0]
+            kv.exit(i, e)
+            score(logits[0], win[i + 1], e)
+    return torch.tensor(nlls, dtype=torch.float64), torch.tensor(depths, dtype=torch.long)
+
+
+def write_perplexity(args, W, cfg, ids):
+    """--perplexity: nll.f32 [n_pred], nll_depths.f32 [n_pred], perplexity.json."""
+    fam = family_of(cfg)
+    if args.exit_threshold is not None and fam not in LOOPED:
+        raise SystemExit("--exit-threshold: the model is not looped")
+    if args.budget is not None and args.exit_threshold is None:
+        raise SystemExit("--budget scales --exit-threshold; give one")
+    if ids.numel() < 2:
+        raise SystemExit("--perplexity needs at least 2 ids")
+    loops = default_loops(cfg) if args.loops is None else args.loops
+    nll, depths = perplexity_windows(
+        W, cfg, ids, args.context, loops=loops if fam in LOOPED else None, layout=args.layout or "depth-indexed",
+        shared_after=1 if args.shared_after is None else args.shared_after, threshold=args.exit_threshold,
+        budget=args.budget, criterion=args.exit_criterion)
+    os.makedirs(args.out_dir, exist_ok=True)
+    meta = {"model_type": cfg["model_type"], "family": fam, "n_tokens": int(ids.numel()), "context": args.context,
+            "loops": loops if fam in LOOPED else None, "layout": args.layout or "depth-indexed",
+            "exit_threshold": args.exit_threshold, "budget": args.budget, "exit_criterion": args.exit_criterion,
+            "predictions": int(nll.numel()), "mean_nll": nll.mean().item(), "perplexity": math.exp(nll.mean().item()),
+            "mean_depth": depths.to(torch.float64).mean().item(), "files": {}}
+    write_f32(args.out_dir, "nll.f32", nll, meta)
+    write_f32(args.out_dir, "nll_depths.f32", depths, meta)
+    with open(os.path.join(args.out_dir, "perplexity.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="checkpoint directory (config.json + safetensors)")
@@ -842,7 +946,29 @@ def main(argv=None):
                     help="with --decode-ids: KV layout (default depth-indexed)")
     ap.add_argument("--shared-after", type=int, default=None,
                     help="with --layout first-then-shared: S, core slot min(r, S-1) (default 1)")
+    ap.add_argument("--perplexity", action="store_true",
+                    help="score --ids teacher-forced as `fathom eval` does (perplexity_windows): writes nll.f32, "
+                         "nll_depths.f32 and perplexity.json; takes --context, --loops, --exit-threshold, --budget, "
+                         "--exit-criterion, --layout, --shared-after")
+    ap.add_argument("--context", type=int, default=1024, help="--perplexity: window length (default 1024)")
+    ap.add_argument("--exit-threshold", type=float, default=None,
+                    help="--perplexity: each decode token exits by its own signal at this threshold")
+    ap.add_argument("--budget", type=float, default=None, help="--perplexity: budget b scaling --exit-threshold")
+    ap.add_argument("--exit-criterion", default="auto", choices=["auto", "hazard", "latent-diff", "kl"],
+                    help="--perplexity: auto = Ouro hazard, Huginn latent-diff")
     args = ap.parse_args(argv)
+    if args.perplexity:
+        if args.decode_ids is not None or args.exit_depths is not None or args.incremental or args.chunk:
+            raise SystemExit("--perplexity does not take --decode-ids, --exit-depths, --incremental or --chunk")
+        if args.shared_after is not None and args.layout != "first-then-shared":
+            raise SystemExit("--shared-after applies only to --layout first-then-shared")
+        if args.context < 2:
+            raise SystemExit("--context must be >= 2")
+        cfg = load_config(args.model)
+        ids = torch.tensor([int(t) for t in args.ids.split(",") if t.strip() != ""], dtype=torch.long)
+        return write_perplexity(args, load_checkpoint(args.model), cfg, ids)
+    if args.exit_threshold is not None or args.budget is not None:
+        raise SystemExit("--exit-threshold and --budget need --perplexity")
     if args.decode_ids is None and (args.exit_depths is not None or args.layout is not None
                                     or args.shared_after is not None):
         raise SystemExit("--exit-depths, --layout and --shared-after need --decode-ids")

@@ -13,6 +13,7 @@ int RunGenerate(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
 int RunTokenize(const std::vector<std::string>& args);  // cmd_tokenize.cc
 int RunServe(const std::vector<std::string>& args);     // cmd_serve.cc
+int RunEval(const std::vector<std::string>& args);      // cmd_eval.cc (and eval sweep)
 
 // Prints "fathom <command>: <message>" to stderr and returns `code`.
 int Fail(const std::string& command, const std::string& message, int code);

@@ -16,6 +16,7 @@ constexpr const char* kUsage =
     "  generate                   generate tokens from a prompt (exit depths for looped models)\n"
     "  tokenize                   encode text (or decode ids) with a checkpoint's tokenizer\n"
     "  serve                      OpenAI-compatible HTTP server (completions, chat, SSE, metrics)\n"
+    "  eval [sweep]               perplexity of a text under an exit policy, as served\n"
     "  bench decode|step-latency|offline|online|k-sweep\n"
     "                             throughput, latency and scheduler benchmarks\n"
     "\n"
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   if (cmd == "bench") return fathom::cli::RunBench(args);
   if (cmd == "tokenize") return fathom::cli::RunTokenize(args);
   if (cmd == "serve") return fathom::cli::RunServe(args);
+  if (cmd == "eval") return fathom::cli::RunEval(args);
   std::fprintf(stderr, "fathom: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
   return 2;
 }
