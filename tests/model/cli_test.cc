@@ -33,7 +33,7 @@ TEST(CliTest, BadFlagsAreUsageErrorsNamingTheFlag) {
       {"generate --model /x --prompt-ids 1,2 --max-tokens abc", "--max-tokens"},
       {"generate --model /x --prompt-ids 1,x,2", "--prompt-ids: element 1"},
       {"generate --model /x --prompt-ids 1,2 --bogus 3", "unknown flag --bogus"},
-      {"generate --model /x", "--prompt-ids"},
+      {"generate --model /x", "exactly one of --prompt-ids and --prompt"},
       {"generate --model /x --prompt-ids 1 --top-p 2", "--top-p"},
       {"generate --model /x --prompt-ids 1 --loops 2 --exit-threshold 0.5", "exclusive"},
       {"generate --model /x --prompt-ids 1 --max-tokens", "--max-tokens: missing value"},

@@ -118,5 +118,58 @@ TEST(MakeModelCli, TokenizerSizesTheVocabulary) {
   EXPECT_NE(bad.output.find("--tokenizer: cannot open /nonexistent/tokenizer.json"), std::string::npos) << bad.output;
 }
 
+// `fathom generate --prompt TEXT`: the text path runs the same tokens as the ids path, the
+// output text is the whole-sequence decode of the ids, and the colour is only where asked.
+TEST(GenerateCli, PromptTextEncodesAndOutputDecodes) {
+  testing::TempDir out;
+  const std::string m = out.path() + "/m";
+  ASSERT_EQ(Fathom("make-model ouro " + m + " --tokenizer " + kQwen3).exit_code, 0);
+  const std::string common = " --max-tokens 8 --exit-threshold 0.5 --ignore-eos";
+  testing::CommandResult r = Fathom("generate --model " + m + " --prompt 'Hello, world!'" + common + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json text_run = nlohmann::json::parse(r.output);
+  // "Hello, world!" is 9707 11 1879 0 in Qwen 3's vocabulary (TokenizeCli above).
+  r = Fathom("generate --model " + m + " --prompt-ids 9707,11,1879,0" + common + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json ids_run = nlohmann::json::parse(r.output);
+  EXPECT_EQ(text_run["prompt_tokens"], 4);
+  EXPECT_EQ(text_run["output_ids"], ids_run["output_ids"]);
+  EXPECT_EQ(text_run["exit_depths"], ids_run["exit_depths"]);
+  auto tok = Load(kQwen3);
+  ASSERT_TRUE(tok);
+  auto decoded = tok->Decode(text_run["output_ids"].get<std::vector<int32_t>>(), /*skip_special_tokens=*/true);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  EXPECT_EQ(text_run["text"], *decoded);  // the stream decoder's pieces, joined
+
+  // Coloured: the prompt, then the pieces in ANSI colours; without the escapes, the text.
+  r = Fathom("generate --model " + m + " --prompt 'Hello, world!'" + common + " --color always");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string first_line = r.output.substr(0, r.output.find('\n'));
+  EXPECT_NE(first_line.find("\033["), std::string::npos) << r.output;
+  std::string plain;
+  for (size_t i = 0; i < first_line.size(); ++i) {
+    if (first_line[i] == '\033') i = first_line.find('m', i);
+    else plain += first_line[i];
+  }
+  EXPECT_EQ(plain, "Hello, world!" + *decoded);
+  EXPECT_NE(r.output.find("exit depth:"), std::string::npos) << r.output;
+  // A pipe (auto) and never: no escapes, the text on its own line.
+  for (const char* color : {"", " --color never"}) {
+    r = Fathom("generate --model " + m + " --prompt 'Hello, world!'" + common + color);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.find('\033'), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("text: " + *decoded + "\n"), std::string::npos) << r.output;
+  }
+
+  r = Fathom("generate --model " + m + " --prompt x --prompt-ids 1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("give exactly one of --prompt-ids and --prompt"), std::string::npos) << r.output;
+  ASSERT_EQ(Fathom("make-model ouro " + out.path() + "/bare").exit_code, 0);
+  r = Fathom("generate --model " + out.path() + "/bare --prompt x");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--prompt needs the model's tokenizer: cannot open " + out.path() + "/bare/tokenizer.json"),
+            std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace fathom
