@@ -42,7 +42,12 @@ Engine::Engine(const Model& model, const EngineOptions& opt, int32_t max_depth,
       opt_(opt),
       max_depth_(max_depth),
       kv_(std::move(kv)),
-      runner_(std::make_unique<StageRunner>(model, *kv_, opt.width)),
+      runner_(std::make_unique<StageRunner>(model, *kv_, opt.width, [&] {
+        RunLimits l;  // a stage runs at most width decode items or prefill_budget prompt tokens
+        l.max_rows = std::max<int64_t>(opt.width, opt.prefill_budget);
+        l.max_context = model.rope().max_positions();  // AddRequest keeps prompt + output within
+        return l;
+      }())),
       sched_([&] {
         SchedConfig c;
         c.mode = opt.mode;
@@ -58,7 +63,13 @@ Engine::Engine(const Model& model, const EngineOptions& opt, int32_t max_depth,
         c.blocks_for = [k](int64_t prompt_len, int64_t len) { return k->BlocksFor(prompt_len, len); };
         return c;
       }()),
-      controller_(opt.budget) {}
+      controller_(opt.budget) {
+  // The decode stages' inputs and results at their largest, so steps do not grow them.
+  items_.reserve(static_cast<size_t>(opt.width));
+  core_.signals.reserve(static_cast<size_t>(opt.width));
+  coda_.tokens.reserve(static_cast<size_t>(opt.width));
+  coda_.logits.reserve(static_cast<size_t>(opt.width * model.spec().vocab));
+}
 
 Result<RequestId> Engine::AddRequest(RequestSpec r) {
   const ModelSpec& spec = model_.spec();
@@ -107,6 +118,7 @@ Result<RequestId> Engine::AddRequest(RequestSpec r) {
   q.sampler = std::make_unique<Sampler>(r.seed);
   q.policy = std::move(policy);
   q.deadline = deadline;
+  q.budgets.reserve(static_cast<size_t>(r.max_tokens));  // one per output token
   ++stats_.tier[TierRank(r.tier)].requests;
   q.spec = std::move(r);
   reqs_.Add(std::move(q));
@@ -306,27 +318,46 @@ void Engine::Observe(const Plan& plan, double seconds) {
   (plan.stage == Stage::kCore ? core_latency_ : edge_latency_).Add(rows, ctx, seconds);
 }
 
-// Time request `id` needs to finish from now, at full depth and at minimum depth: the rest
-// of its prompt at the measured prefill rate, then its remaining tokens at the predicted
-// time of one token iteration (prelude + depth core steps + coda) for the running batch
-// (`rows` decoding requests attending to `ctx` tokens; rounds of `width` when more
-// requests run than there are slots).
-TimeNeed Engine::Need(RequestId id, double now, double rows, double ctx) const {
+// One token iteration (prelude + coda steps, and one core step) of `rows` decoding rows
+// attending to `ctx_per_row` tokens each, from the step-latency fits; rounds of `width`
+// when more requests run than there are slots.
+Engine::Iteration Engine::IterationOf(double rows, double ctx_per_row) const {
+  Iteration it;
+  rows = std::max(rows, 1.0);
+  it.rounds = std::ceil(rows / opt_.width);
+  it.batch = std::min(rows, static_cast<double>(opt_.width));
+  it.edge = 2 * edge_latency_.Predict(it.batch, it.batch * ctx_per_row);
+  it.core = core_latency_.Predict(it.batch, it.batch * ctx_per_row);
+  return it;
+}
+
+// Time request `id` needs to finish from now, at full depth and at minimum depth. A running
+// request: the rest of its prompt at the measured prefill rate, then its remaining tokens
+// at one iteration of the running batch (`running`) each. A waiting request also waits
+// for the work ahead of it: `ahead_tokens` output tokens (every running request's and the
+// waiting ones' before it, its own included) at `all.batch` tokens per iteration of the
+// batch everything in flight would fill (`all`), after `ahead_prompt` prompt tokens
+// (the waiting ones' before it and its own); it needs the larger of the two.
+TimeNeed Engine::Need(RequestId id, double now, const Iteration& running, const Iteration& all, bool waiting,
+                      double ahead_tokens, double ahead_prompt) const {
   const SchedRequestState& s = sched_.request(id);
   const Req& r = reqs_[id];
-  rows = std::max(rows, 1.0);
-  const double rounds = std::ceil(rows / opt_.width), batch = std::min(rows, static_cast<double>(opt_.width));
-  const double edge = 2 * edge_latency_.Predict(batch, ctx / rounds);
-  const double core = core_latency_.Predict(batch, ctx / rounds);
   const StageStats& pf = stats_.stage[static_cast<int>(Stage::kPrefill)];
-  const double prefill =
-      pf.rows > 0 ? static_cast<double>(s.spec.prompt_len - s.prefilled) * pf.seconds / static_cast<double>(pf.rows) : 0;
+  const double per_prompt = pf.rows > 0 ? pf.seconds / static_cast<double>(pf.rows) : 0;
+  const double prefill = static_cast<double>(s.spec.prompt_len - s.prefilled) * per_prompt;
   const auto left_tokens = static_cast<double>(s.spec.max_tokens - static_cast<int32_t>(s.tokens.size()));
   const int32_t min_depth = std::max(r.spec.exit.min_depth, MinExitDepth(opt_.lookahead));
+  const double full_d = std::max(r.loops, 1), min_d = std::min(full_d, static_cast<double>(min_depth));
+  const Iteration& own = waiting ? all : running;
+  const auto time = [&](double d) {
+    const double alone = prefill + left_tokens * own.rounds * (own.edge + own.core * d);
+    if (!waiting) return alone;
+    return std::max(alone, ahead_prompt * per_prompt + ahead_tokens / all.batch * (all.edge + all.core * d));
+  };
   TimeNeed t;
   t.left_s = r.deadline - now;
-  t.full_s = prefill + left_tokens * rounds * (edge + core * std::max(r.loops, 1));
-  t.min_s = prefill + left_tokens * rounds * (edge + core * std::min(std::max(r.loops, 1), min_depth));
+  t.full_s = time(full_d);
+  t.min_s = time(min_d);
   return t;
 }
 
@@ -336,7 +367,10 @@ void Engine::NoticeReclaim(double seconds) { reclaim_at_ = std::min(reclaim_at_,
 void Engine::UpdateBudget(double now) {
   Pressure& p = pressure_;
   p.deadlines.clear();
-  p.waiting_requests = static_cast<int64_t>(sched_.waiting().size());
+  // Queued work: requests waiting for prefill, and admitted ones beyond the decode slots
+  // (they wait in the ready queue for one: with KV to spare, a burst queues there).
+  const auto running = static_cast<int64_t>(sched_.ready().size() + sched_.looping().size() + sched_.exited().size());
+  p.waiting_requests = static_cast<int64_t>(sched_.waiting().size()) + std::max<int64_t>(0, running - opt_.width);
   p.waiting_prompt_tokens = 0;
   for (RequestId id : sched_.waiting())
     p.waiting_prompt_tokens += sched_.request(id).spec.prompt_len - sched_.request(id).prefilled;
@@ -345,17 +379,30 @@ void Engine::UpdateBudget(double now) {
   p.free_blocks = sched_.free_blocks();
   p.needed_blocks = 0;
   TimeNeed all{reclaim_at_ - now, 0, 0};
-  double rows = 0, ctx = 0;
+  double rows = 0, ctx = 0, ahead_tokens = 0;
   for (const auto* q : {&sched_.ready(), &sched_.looping(), &sched_.exited()})
-    for (RequestId o : *q) rows += 1, ctx += static_cast<double>(sched_.request(o).kv_len);
+    for (RequestId o : *q) {
+      const SchedRequestState& s = sched_.request(o);
+      rows += 1, ctx += static_cast<double>(s.kv_len);
+      ahead_tokens += static_cast<double>(s.spec.max_tokens - static_cast<int32_t>(s.tokens.size()));
+    }
+  const double ctx_per_row = rows > 0 ? ctx / rows : 0;
+  const auto in_flight = rows + static_cast<double>(sched_.waiting().size());
+  const Iteration in_slots = IterationOf(rows, ctx_per_row), full = IterationOf(in_flight, ctx_per_row);
   const auto& blocks_for = sched_.config().blocks_for;
-  for (const auto* q : {&sched_.waiting(), &sched_.ready(), &sched_.looping(), &sched_.exited()})
+  double ahead_prompt = 0;
+  for (const auto* q : {&sched_.ready(), &sched_.looping(), &sched_.exited(), &sched_.waiting()})
     for (RequestId id : *q) {
       const SchedRequestState& s = sched_.request(id);
       const int64_t final_len = s.spec.prompt_len + s.spec.max_tokens - 1;
       p.needed_blocks += blocks_for(s.spec.prompt_len, final_len) -
                          (s.kv_len > 0 ? blocks_for(s.spec.prompt_len, s.kv_len) : 0);
-      const TimeNeed t = Need(id, now, rows, ctx);
+      const bool waiting = q == &sched_.waiting();
+      if (waiting) {
+        ahead_tokens += static_cast<double>(s.spec.max_tokens - static_cast<int32_t>(s.tokens.size()));
+        ahead_prompt += static_cast<double>(s.spec.prompt_len - s.prefilled);
+      }
+      const TimeNeed t = Need(id, now, in_slots, full, waiting, ahead_tokens, ahead_prompt);
       all.full_s = std::max(all.full_s, t.full_s);
       all.min_s = std::max(all.min_s, t.min_s);
       Req& r = At(id);

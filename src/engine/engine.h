@@ -8,8 +8,10 @@
 //
 // Per request it keeps what the scheduler must not touch: the prompt ids, a Sampler seeded
 // by the request (so its tokens do not depend on batching), its exit policy object and its
-// KV sequence. Buffers are members reused across steps (no allocation in the steady state
-// beyond the runner's own scratch growth and the output vectors).
+// KV sequence. Buffers are members reused across steps, the decode stages' reserved at
+// their largest; the runner's are sized once (exec/run_state.h). What a steady decode step
+// still allocates (per-request token lists growing, oneDNN inside its calls) is measured by
+// tests/alloc.
 #pragma once
 
 #include <cstdint>
@@ -159,7 +161,12 @@ class Engine {
   DecodeItem Item(const WorkItem& w);
   double TokenBudget(Req& r);
   void UpdateBudget(double now);
-  TimeNeed Need(RequestId id, double now, double rows, double ctx) const;
+  struct Iteration {
+    double edge = 0, core = 0, rounds = 1, batch = 1;  // seconds; iterations per token; rows
+  };
+  Iteration IterationOf(double rows, double ctx_per_row) const;
+  TimeNeed Need(RequestId id, double now, const Iteration& running, const Iteration& all, bool waiting,
+                double ahead_tokens, double ahead_prompt) const;
   void Observe(const Plan& plan, double seconds);
   void Account(double now);
 
