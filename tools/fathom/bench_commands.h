@@ -12,5 +12,6 @@ int RunBenchKSweep(const std::vector<std::string>& args);
 int RunBenchServe(const std::vector<std::string>& args);  // bench_serve.cc
 int RunBenchKvCapacity(const std::vector<std::string>& args);  // bench_kv_capacity.cc
 int RunBenchSoak(const std::vector<std::string>& args);  // bench_soak.cc
+int RunBenchBudget(const std::vector<std::string>& args);  // bench_budget.cc
 
 }  // namespace fathom::cli

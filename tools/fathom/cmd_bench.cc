@@ -263,7 +263,7 @@ int RunBenchStepLatency(const std::vector<std::string>& args) {
 
 int RunBench(const std::vector<std::string>& args) {
   constexpr const char* kUsage =
-      "usage: fathom bench decode|step-latency|offline|online|k-sweep|serve|kv-capacity|soak [flags]   (fathom bench <name> --help)\n";
+      "usage: fathom bench decode|step-latency|offline|online|k-sweep|serve|kv-capacity|soak|budget [flags]   (fathom bench <name> --help)\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
@@ -277,7 +277,8 @@ int RunBench(const std::vector<std::string>& args) {
   if (args[0] == "serve") return RunBenchServe(rest);
   if (args[0] == "kv-capacity") return RunBenchKvCapacity(rest);
   if (args[0] == "soak") return RunBenchSoak(rest);
-  return Fail("bench", "unknown benchmark '" + args[0] + "' (known: decode, step-latency, offline, online, k-sweep, serve, kv-capacity, soak)", 2);
+  if (args[0] == "budget") return RunBenchBudget(rest);
+  return Fail("bench", "unknown benchmark '" + args[0] + "' (known: decode, step-latency, offline, online, k-sweep, serve, kv-capacity, soak, budget)", 2);
 }
 
 }  // namespace fathom::cli
