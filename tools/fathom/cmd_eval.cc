@@ -135,8 +135,9 @@ constexpr const char* kEvalHelp =
     "Perplexity of a model on a text under an exit policy, as served: teacher-forced, token by\n"
     "token through the engine's KV cache (--layout), each token leaving the loop at its own\n"
     "exit depth. No policy flag: every token runs the model's loop count. --loops R: every token\n"
-    "runs R steps. --exit-threshold Q: the model's exit signal (Ouro: cumulative exit\n"
-    "probability >= Q; Huginn: latent change < Q), at --budget B if given (q*B, Q/B).\n"
+    "runs R steps. --exit-threshold Q: each decode token exits by the model's signal (Ouro:\n"
+    "cumulative exit probability >= Q; Huginn: latent change < Q), at --budget B if given\n"
+    "(Q*B, Q/B), after at most the loop count.\n"
     "Windows: non-overlapping, --context tokens each; the first token of a window is prefilled\n"
     "(every loop step) and predicts the second; each later token is a decode token. Reports\n"
     "perplexity, mean depth (core steps per token), layers per token, KV bytes per token and\n"
@@ -152,11 +153,12 @@ int RunEval(const std::vector<std::string>& args) {
   double threshold = 0, budget = 1;
   bool json = false;
   FlagSet flags("fathom eval",
-                "fathom eval --model DIR (--text-file F | --ids-file F) [--exit-threshold Q [--budget B] | --loops R]\n"
+                "fathom eval --model DIR (--text-file F | --ids-file F) [--loops R] [--exit-threshold Q [--budget B]]\n"
                 "            [--context N] [--layout NAME] [--json]",
                 kEvalHelp);
   common.Declare(flags);
-  flags.Int("--loops", &loops, "loop steps of every token (default: the model's)", 1, 4096);
+  flags.Int("--loops", &loops, "loop steps of every token, or with --exit-threshold the most (default: the model's)",
+            1, 4096);
   flags.Double("--exit-threshold", &threshold, "exit early by the model's signal at this threshold", 0, 1e9);
   flags.String("--exit-criterion", &criterion, "auto (default: Ouro hazard, Huginn latent-diff), hazard, latent-diff, kl");
   flags.Double("--budget", &budget, "budget b in [0, 1] scaling --exit-threshold (q*b, t/b)", 0, 1);
@@ -166,8 +168,6 @@ int RunEval(const std::vector<std::string>& args) {
   if (Status s = flags.Parse(args); !s.ok()) return Fail("eval", s.message(), 2);
   if (flags.help_requested()) return std::fputs(flags.Help().c_str(), stdout), 0;
   if (Status s = common.CheckInput(flags); !s.ok()) return Fail("eval", s.message(), 2);
-  if (flags.Seen("--loops") && flags.Seen("--exit-threshold"))
-    return Fail("eval", "--loops and --exit-threshold are exclusive", 2);
   if (flags.Seen("--budget") && !flags.Seen("--exit-threshold"))
     return Fail("eval", "--budget scales an exit threshold (q*b for Ouro, t/b for Huginn): give --exit-threshold", 2);
   auto kind = ParseCriterion(criterion);

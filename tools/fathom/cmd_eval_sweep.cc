@@ -1,6 +1,7 @@
 // fathom eval sweep: perplexity against compute for a list of settings (fixed loop counts and
 // exit thresholds, under one or more KV layouts), written as a markdown table, CSV and JSON,
 // and plotted by scripts/render-eval-sweep.py (matplotlib, Debian's /usr/bin/python3).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -42,6 +43,7 @@ std::string Num(double v, int digits = 6) {
 Result<std::vector<SweepRow>> Settings(const PerplexityOptions& base, const std::vector<std::string>& layouts,
                                        const std::vector<int64_t>& loops, const std::vector<double>& thresholds,
                                        ExitSpec::Kind kind) {
+  if (layouts.empty()) return Status::Error("--layouts: empty list");
   std::vector<SweepRow> rows;
   for (const std::string& name : layouts) {
     SweepRow row;
@@ -132,6 +134,14 @@ void Plot(const std::string& script, const std::string& dir) {
   std::printf("plot: %s/sweep.png\n", dir.c_str());
 }
 
+// One untimed evaluation of the first setting on at most two windows, so that the first row's
+// tokens/s does not include oneDNN's first-call kernel generation.
+void WarmUp(const Model& model, const std::vector<int32_t>& ids, const PerplexityOptions& opt) {
+  const int64_t context = opt.context > 0 ? opt.context : DefaultContext(model);
+  const auto n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(ids.size()), 2 * context));
+  (void)EvaluatePerplexity(model, std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n)), opt);
+}
+
 constexpr const char* kSweepHelp =
     "Runs `fathom eval` for each setting on one text (the model loaded and the text encoded\n"
     "once): every --loops R, then every --exit-threshold Q at the model's loop count, under each\n"
@@ -191,6 +201,7 @@ int RunEvalSweep(const std::vector<std::string>& args) {
   if (!ids.ok()) return Fail("eval sweep", ids.status().message(), 1);
   auto model = Model::Load(common.model_dir);
   if (!model.ok()) return Fail("eval sweep", model.status().message(), 1);
+  WarmUp(**model, *ids, rows->front().opt);
   for (SweepRow& row : *rows) {
     auto res = EvaluatePerplexity(**model, *ids, row.opt);
     if (!res.ok()) return Fail("eval sweep", row.policy + ": " + res.status().message(), 1);
