@@ -73,7 +73,11 @@ Result<GenerateResult> Generate(const Model& model, const GenerateOptions& opt) 
   const int64_t blocks = table.num_physical_layers() * ((total + block - 1) / block);
   FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, loops, opt.layout, opt.shared_after, blocks, block,
                                                    opt.kv_dtype));
-  StageRunner runner(model, *kv, 1);
+  // One sequence: stage calls of at most one prefill chunk, positions up to `total`.
+  RunLimits limits;
+  limits.max_rows = std::max<int64_t>(1, std::min(opt.prefill_chunk, n_prompt));
+  limits.max_context = total;
+  StageRunner runner(model, *kv, 1, limits);
   const KvManager::SeqId seq = kv->AddSequence(n_prompt);
   runner.AddSequence(seq, loops);
   Sampler sampler(opt.seed);

@@ -17,11 +17,14 @@ Result<PrefillResult> RunPrompt(const Model& model, const std::vector<int32_t>& 
                           KvLayerTable::Build(KvShapeOf(spec, loops), opt.layout, 1));
   const int64_t blocks = table.num_physical_layers() * ((n + block - 1) / block);
   FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, loops, opt.layout, 1, blocks, block, opt.kv_dtype));
-  StageRunner runner(model, *kv, 1);
+  const int64_t chunk = opt.chunk > 0 ? opt.chunk : n;
+  RunLimits limits;  // stage calls of one chunk, positions of the prompt
+  limits.max_rows = std::min(chunk, n);
+  limits.max_context = n;
+  StageRunner runner(model, *kv, 1, limits);
   const KvManager::SeqId seq = kv->AddSequence(n);
   if (!kv->Grow(seq, n)) return Status::Error("internal: KV pool too small for the prompt");
   runner.AddSequence(seq, loops);
-  const int64_t chunk = opt.chunk > 0 ? opt.chunk : n;
   if (opt.record_signals && chunk < n)
     return Status::Error("prompt: exit signals are recorded only for a prompt run as one chunk");
   PrefillResult all;

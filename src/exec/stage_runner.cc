@@ -13,12 +13,6 @@
 namespace fathom {
 namespace {
 
-template <typename T>
-T* Grow(std::vector<T>& v, int64_t n) {
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-
 void AddInPlace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
@@ -32,13 +26,19 @@ uint64_t SplitMix(uint64_t x) {
 
 }  // namespace
 
-StageRunner::StageRunner(const Model& model, KvManager& kv, int32_t num_slots)
-    : m_(model), s_(model.spec()), kv_(kv), table_(kv.table()), num_slots_(num_slots) {
-  slot_x_.resize(static_cast<size_t>(num_slots * s_.hidden));
-  slot_e_.resize(static_cast<size_t>(num_slots * s_.hidden));
-}
+StageRunner::StageRunner(const Model& model, KvManager& kv, int32_t num_slots, const RunLimits& limits)
+    : m_(model), s_(model.spec()), kv_(kv), table_(kv.table()), num_slots_(num_slots),
+      st_(model.spec(), kv.table(), num_slots, limits) {}
 
-void StageRunner::AddSequence(KvManager::SeqId seq, int32_t loops) { seqs_[seq].loops = loops; }
+StageRunner::StageRunner(const Model& model, KvManager& kv, int32_t num_slots)
+    : StageRunner(model, kv, num_slots, RunLimits::Covering(kv, num_slots, model.rope().max_positions())) {}
+
+// The sequence's per-position record is reserved whole here, so that stage calls never grow it.
+void StageRunner::AddSequence(KvManager::SeqId seq, int32_t loops) {
+  SeqInfo& info = seqs_[seq];
+  info.loops = loops;
+  info.steps_run.reserve(static_cast<size_t>(st_.limits.max_context));
+}
 void StageRunner::ReleaseSequence(KvManager::SeqId seq) { seqs_.erase(seq); }
 
 StageRunner::SeqInfo& StageRunner::Info(KvManager::SeqId seq) {
@@ -47,8 +47,8 @@ StageRunner::SeqInfo& StageRunner::Info(KvManager::SeqId seq) {
   return it->second;
 }
 
-Status StageRunner::CheckRows(const std::vector<Row>& rows) const {
-  for (const Row& r : rows) {
+Status StageRunner::CheckRows(Rows rows) const {
+  for (const StageRow& r : rows) {
     if (!kv_.contains(r.seq) || !seqs_.count(r.seq))
       return Status::Error("sequence " + std::to_string(r.seq) + " is unknown");
     if (r.pos >= kv_.length(r.seq))
@@ -58,20 +58,23 @@ Status StageRunner::CheckRows(const std::vector<Row>& rows) const {
     if (r.pos >= m_.rope().max_positions())
       return Status::Error("position " + std::to_string(r.pos) + " is beyond the model's " +
                            std::to_string(m_.rope().max_positions()) + " positions");
+    if (r.pos >= st_.limits.max_context)
+      return Status::Error("position " + std::to_string(r.pos) + " is beyond the runner's max_context " +
+                           std::to_string(st_.limits.max_context) + " (RunLimits)");
   }
   return Status::Ok();
 }
 
-void StageRunner::ResolveRows(std::vector<Row>& rows) {
+void StageRunner::ResolveRows(std::span<StageRow> rows) {
   const int32_t P = table_.num_physical_layers();
-  row_tables_.clear();
+  st_.row_tables.clear();
   KvManager::SeqId last = -1;
   int32_t last_tables = 0;
-  for (Row& r : rows) {
+  for (StageRow& r : rows) {
     if (r.seq != last) {  // rows of one sequence are usually adjacent: resolve it once
       last = r.seq;
-      last_tables = static_cast<int32_t>(row_tables_.size());
-      for (int32_t p = 0; p < P; ++p) row_tables_.push_back(kv_.BlockTable(r.seq, p));
+      last_tables = static_cast<int32_t>(st_.row_tables.size());
+      for (int32_t p = 0; p < P; ++p) st_.row_tables.push_back(kv_.BlockTable(r.seq, p));
     }
     r.tables = last_tables;
     r.prompt_len = kv_.prompt_len(r.seq);
@@ -80,15 +83,18 @@ void StageRunner::ResolveRows(std::vector<Row>& rows) {
 }
 
 // Through the resolved block table.
-void StageRunner::WriteKvRow(const Row& r, int32_t physical_layer, bool value, const float* src) {
+void StageRunner::WriteKvRow(const StageRow& r, int32_t physical_layer, bool value, const float* src) {
   BlockPool& pool = kv_.pool();
   const int32_t bs = pool.block_size();
-  const int32_t block = row_tables_[static_cast<size_t>(r.tables + physical_layer)][r.pos / bs];
+  const int32_t block = st_.row_tables[r.tables + physical_layer][r.pos / bs];
   FATHOM_CHECK_MSG(block >= 0, "physical layer " << physical_layer << " stores no position " << r.pos);
   pool.WriteRow(block, static_cast<int32_t>(r.pos % bs), value, src);
 }
 
 Status StageRunner::CheckItems(const std::vector<DecodeItem>& items) const {
+  if (static_cast<int64_t>(items.size()) > st_.limits.max_rows)
+    return Status::Error(std::to_string(items.size()) + " items in one stage call exceed the runner's max_rows " +
+                         std::to_string(st_.limits.max_rows) + " (RunLimits)");
   for (size_t i = 0; i < items.size(); ++i)
     if (items[i].slot < 0 || items[i].slot >= num_slots_)
       return Status::Error("item " + std::to_string(i) + ": slot " + std::to_string(items[i].slot) +
@@ -128,50 +134,67 @@ void StageRunner::InitState(const std::optional<uint64_t>& seed, int64_t pos, fl
   }
 }
 
-// Attention for all rows of one layer: per row, the KV segments its layout reads.
-void StageRunner::Attend(int32_t layer, const std::vector<Row>& rows, const float* q, float* out) {
+// Every row's key segments at each layer of [first, first + count), before the first of
+// those layers runs: per layer, the KV segments its layout reads for the row, cut by the
+// layer's own mask (model_spec.h LayerAttention: keys j <= p, or j < p without the diagonal;
+// j > p - window for sliding-window layers) and, under the layouts with holes, the depth its
+// core keys must have run. Layer l's rows are att_rows[(l - first) * n ..], reading st_.q
+// and writing st_.attn.
+void StageRunner::ResolveAttention(int32_t first, int32_t count, Rows rows) {
   const int64_t qd = s_.q_dim();
-  const bool core = layer >= s_.n_prelude && layer < s_.n_prelude + s_.n_core;
-  const bool masked = core && table_.HasHoles();
-  // The layer's own mask (model_spec.h LayerAttention): keys j <= p, or j < p without the
-  // diagonal; j > p - window for sliding-window layers.
-  const LayerAttention& la = s_.layers[static_cast<size_t>(layer)].attn;
-  const int64_t diag = la.no_diag ? 0 : 1;
-  segs_.clear();
-  att_rows_.clear();
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    kv_segs_.clear();
-    table_.ReadSegments(layer, r.step, r.phase, r.prompt_len, r.pos + diag, &kv_segs_);
-    const int64_t first_key = la.window > 0 ? std::max<int64_t>(0, r.pos - la.window + 1) : 0;
-    PagedAttentionRow a;
-    a.q = q + static_cast<int64_t>(i) * qd;
-    a.out = out + static_cast<int64_t>(i) * qd;  // zeros if no key is visible
-    a.seg_begin = static_cast<int32_t>(segs_.size());
-    for (const KvSegment& g : kv_segs_) {
-      if (g.end <= first_key) continue;
-      KeySegment k;
-      k.block_table = row_tables_[static_cast<size_t>(r.tables + g.physical_layer)];
-      k.begin = std::max(g.begin, first_key);
-      k.end = g.end;
-      if (masked) {
-        k.key_steps = r.key_steps;
-        k.min_step = static_cast<int16_t>(table_.MaskStep(r.step));
+  const auto n = static_cast<int64_t>(rows.size());
+  st_.att_first_layer = first;
+  st_.att_layers = count;
+  st_.att_rows.resize(count * n);
+  st_.segs.clear();
+  for (int32_t layer = first; layer < first + count; ++layer) {
+    const bool core = layer >= s_.n_prelude && layer < s_.n_prelude + s_.n_core;
+    const bool masked = core && table_.HasHoles();
+    const LayerAttention& la = s_.layers[static_cast<size_t>(layer)].attn;
+    const int64_t diag = la.no_diag ? 0 : 1;
+    for (int64_t i = 0; i < n; ++i) {
+      const StageRow& r = rows[static_cast<size_t>(i)];
+      st_.kv_segs.clear();
+      table_.ReadSegments(layer, r.step, r.phase, r.prompt_len, r.pos + diag, &st_.kv_segs);
+      FATHOM_CHECK(static_cast<int64_t>(st_.kv_segs.size()) <= RunState::kMaxSegments);
+      const int64_t first_key = la.window > 0 ? std::max<int64_t>(0, r.pos - la.window + 1) : 0;
+      PagedAttentionRow& a = st_.att_rows[(layer - first) * n + i];
+      a.q = st_.q.data() + i * qd;
+      a.out = st_.attn.data() + i * qd;  // zeros if no key is visible
+      a.seg_begin = static_cast<int32_t>(st_.segs.size());
+      for (const KvSegment& g : st_.kv_segs) {
+        if (g.end <= first_key) continue;
+        KeySegment k;
+        k.block_table = st_.row_tables[r.tables + g.physical_layer];
+        k.begin = std::max(g.begin, first_key);
+        k.end = g.end;
+        if (masked) {
+          k.key_steps = r.key_steps;
+          k.min_step = static_cast<int16_t>(table_.MaskStep(r.step));
+        }
+        st_.segs.push_back(k);
       }
-      segs_.push_back(k);
+      a.seg_end = static_cast<int32_t>(st_.segs.size());
     }
-    a.seg_end = static_cast<int32_t>(segs_.size());
-    att_rows_.push_back(a);
   }
+}
+
+// Attention for all rows of one layer, over the segments ResolveAttention gave them.
+void StageRunner::Attend(int32_t layer, Rows rows) {
+  const auto n = static_cast<int64_t>(rows.size());
+  FATHOM_CHECK_MSG(layer >= st_.att_first_layer && layer < st_.att_first_layer + st_.att_layers &&
+                       n * st_.att_layers == st_.att_rows.size(),
+                   "layer " << layer << " (" << n << " rows) was not resolved: layers " << st_.att_first_layer
+                            << " + " << st_.att_layers << ", " << st_.att_rows.size() << " row entries");
   const BlockPool& pool = kv_.pool();
   const PagedKvView view{pool.k_data(), pool.v_data(), pool.block_stride(),
                          pool.row_floats(), pool.block_size(), pool.dtype()};
   const AttentionShape shape{s_.n_heads, s_.n_kv_heads, s_.head_dim,
                              1.f / std::sqrt(static_cast<float>(s_.head_dim))};
-  PagedAttention(shape, view, att_rows_.data(), static_cast<int64_t>(att_rows_.size()), segs_.data());
+  PagedAttention(shape, view, st_.att_rows.data() + (layer - st_.att_first_layer) * n, n, st_.segs.data());
 }
 
-void StageRunner::Block(int32_t layer, const std::vector<Row>& rows, float* x) {
+void StageRunner::Block(int32_t layer, Rows rows, float* x) {
   const LayerWeights& w = m_.weights().layers[static_cast<size_t>(layer)];
   const auto n = static_cast<int64_t>(rows.size());
   const int64_t E = s_.hidden, I = s_.intermediate, H = s_.n_heads, KVH = s_.n_kv_heads;
@@ -180,13 +203,13 @@ void StageRunner::Block(int32_t layer, const std::vector<Row>& rows, float* x) {
   const int64_t D = s_.head_dim, qd = s_.q_dim(), kvd = s_.kv_dim();
   const int64_t qkv_w = qd + (has_kv ? 2 * kvd : 0);
   const float eps = s_.norm_eps;
-  float* h = Grow(h_, n * E);
-  float* qkv = Grow(qkv_, n * qkv_w);
-  float* q = Grow(q_, n * qd);
-  float* k = Grow(k_, n * kvd);
-  float* attn = Grow(attn_, n * qd);
-  float* o = Grow(o_, n * E);
-  int32_t* pos = Grow(pos_, n);
+  float* h = st_.h.First(n * E);
+  float* qkv = st_.qkv.First(n * qkv_w);
+  float* q = st_.q.First(n * qd);
+  float* k = st_.k.First(n * kvd);
+  float* attn = st_.attn.First(n * qd);
+  float* o = st_.o.First(n * E);
+  int32_t* pos = st_.pos.First(n);
 
   RmsNorm(x, w.attn_in_norm.data(), eps, n, E, h);
   w.qkv.Forward(h, n, qkv);  // [n, q | k | v], or [n, q]
@@ -208,20 +231,20 @@ void StageRunner::Block(int32_t layer, const std::vector<Row>& rows, float* x) {
   if (nk) ApplyRope(m_.rope(), s_.rope_style, pos, nk, KVH, k);
   // Every row's K/V is stored before any row attends (rows of one prefill chunk see each other).
   for (int64_t i = 0; i < nk; ++i) {
-    const Row& r = rows[static_cast<size_t>(i)];
+    const StageRow& r = rows[static_cast<size_t>(i)];
     const int32_t wl = table_.WriteLayer(layer, r.step, r.phase);
     if (wl < 0) continue;  // a layer whose KV no one reads
     WriteKvRow(r, wl, false, k + i * kvd);
     WriteKvRow(r, wl, true, qkv + i * qkv_w + qd + kvd);
   }
-  Attend(layer, rows, q, attn);
+  Attend(layer, rows);  // q -> attn
   w.o.Forward(attn, n, o);
   if (!w.attn_out_norm.empty()) RmsNorm(o, w.attn_out_norm.data(), eps, n, E, o);
   AddInPlace(x, o, n * E);
   if (!w.attn_post_norm.empty()) RmsNorm(x, w.attn_post_norm.data(), eps, n, E, x);
 
-  float* gate_up = Grow(gate_up_, n * 2 * I);
-  float* act = Grow(act_, n * I);
+  float* gate_up = st_.gate_up.First(n * 2 * I);
+  float* act = st_.act.First(n * I);
   RmsNorm(x, w.mlp_in_norm.data(), eps, n, E, h);
   w.gate_up.Forward(h, n, gate_up);
   SwiGlu(gate_up, n, I, act);
@@ -256,41 +279,49 @@ void StageRunner::Signals(const float* x, const float* prev, int64_t n, StepSign
 
 // x [n, E]: states after the loop (or the prelude of a dense model). Runs the after-loop
 // norm and the coda over every row (their coda KV is needed), then the head norm and LM
-// head over `head_rows` only, into logits [head_rows, V].
-void StageRunner::CodaAndHead(const std::vector<Row>& rows, float* x,
-                              const std::vector<int64_t>& head_rows, float* logits) {
-  const int64_t E = s_.hidden;
+// head over `head_rows` only: head row i into logits row head_dest[i] ([.., V]), one matmul
+// per run of consecutive destinations (one in all but LCKV's split prefill).
+void StageRunner::CodaAndHead(Rows rows, float* x, std::span<const int64_t> head_rows,
+                              std::span<const int64_t> head_dest, float* logits) {
+  const int64_t E = s_.hidden, V = s_.vocab;
   const auto n = static_cast<int64_t>(rows.size());
   const std::vector<float>& fn = m_.weights().final_norm;
   if (s_.loop.looped && s_.loop.after_loop_norm) RmsNorm(x, fn.data(), s_.norm_eps, n, E, x);
   const int32_t first_coda = s_.n_prelude + s_.n_core;
+  ResolveAttention(first_coda, s_.n_coda, rows);
   for (int32_t j = 0; j < s_.n_coda; ++j) Block(first_coda + j, rows, x);
   if (head_rows.empty()) return;
   const auto m = static_cast<int64_t>(head_rows.size());
-  float* hx = Grow(h_, m * E);
+  float* hx = st_.h.First(m * E);
   for (int64_t i = 0; i < m; ++i) std::copy_n(x + head_rows[static_cast<size_t>(i)] * E, E, hx + i * E);
   if (s_.before_head_norm) RmsNorm(hx, fn.data(), s_.norm_eps, m, E, hx);
-  m_.weights().lm_head.Forward(hx, m, logits);
+  for (int64_t i = 0; i < m;) {
+    int64_t j = i + 1;
+    while (j < m && head_dest[static_cast<size_t>(j)] == head_dest[static_cast<size_t>(j - 1)] + 1) ++j;
+    m_.weights().lm_head.Forward(hx + i * E, j - i, logits + head_dest[static_cast<size_t>(i)] * V);
+    i = j;
+  }
 }
 
 // One loop step: the adapter on cat[x, e] (Huginn) or the state itself (Ouro), every core
 // layer, the step norm (Ouro), then the exit signals from the state before and after.
-void StageRunner::LoopStep(const std::vector<Row>& rows, float* x, const float* e, StepSignal* signals) {
+void StageRunner::LoopStep(Rows rows, float* x, const float* e, StepSignal* signals) {
   const int64_t E = s_.hidden;
   const auto n = static_cast<int64_t>(rows.size());
   float* prev = nullptr;
   if (signals) {
-    prev = Grow(prev_, n * E);
+    prev = st_.prev.First(n * E);
     std::copy_n(x, n * E, prev);
   }
   if (s_.loop.core_input == CoreInput::kAdapterOnConcat) {
-    float* cat = Grow(cat_, n * 2 * E);
+    float* cat = st_.cat.First(n * 2 * E);
     for (int64_t i = 0; i < n; ++i) {
       std::copy_n(x + i * E, E, cat + i * 2 * E);
       std::copy_n(e + i * E, E, cat + i * 2 * E + E);
     }
     m_.weights().adapter.Forward(cat, n, x);
   }
+  ResolveAttention(s_.n_prelude, s_.n_core, rows);
   for (int32_t j = 0; j < s_.n_core; ++j) Block(s_.n_prelude + j, rows, x);
   if (s_.loop.step_norm) RmsNorm(x, m_.weights().final_norm.data(), s_.norm_eps, n, E, x);
   if (signals) Signals(x, prev, n, signals);
@@ -298,6 +329,7 @@ void StageRunner::LoopStep(const std::vector<Row>& rows, float* x, const float* 
 
 Status StageRunner::CheckChunks(const std::vector<PrefillChunk>& chunks) const {
   const int64_t V = s_.vocab;
+  int64_t rows = 0;
   for (size_t c = 0; c < chunks.size(); ++c) {
     const PrefillChunk& ch = chunks[c];
     if (!seqs_.count(ch.seq) || !kv_.contains(ch.seq))
@@ -309,53 +341,64 @@ Status StageRunner::CheckChunks(const std::vector<PrefillChunk>& chunks) const {
                              " has id " + std::to_string(id) + ", outside the vocabulary [0, " +
                              std::to_string(V) + ")");
     }
-    if (ch.pos0 < 0 || ch.pos0 + ch.n > kv_.prompt_len(ch.seq))
+    if (ch.pos0 < 0 || ch.n < 0 || ch.pos0 + ch.n > kv_.prompt_len(ch.seq))
       return Status::Error("prefill chunk " + std::to_string(c) + " runs past the prompt");
     if (s_.loop.looped && (ch.loops < 1 || ch.loops > table_.shape().max_depth))
       return Status::Error("prefill chunk " + std::to_string(c) + ": loops " + std::to_string(ch.loops) +
                            " outside [1, " + std::to_string(table_.shape().max_depth) + "]");
+    rows += ch.n;
   }
+  if (rows > st_.limits.max_rows || static_cast<int64_t>(chunks.size()) > st_.limits.max_rows)
+    return Status::Error("prefill: " + std::to_string(rows) + " prompt tokens in " + std::to_string(chunks.size()) +
+                         " chunks exceed the runner's max_rows " + std::to_string(st_.limits.max_rows) +
+                         " (RunLimits)");
   return Status::Ok();
 }
 
 Status StageRunner::Prefill(const std::vector<PrefillChunk>& chunks, bool record_signals,
                             PrefillResult* out) {
   FATHOM_RETURN_IF_ERROR(CheckChunks(chunks));
+  out->logits.clear();  // cleared, not reassigned: a caller's result keeps its capacity
+  out->gate_lambda.clear();
+  out->latent_diff.clear();
+  // Chunk c's logits rows start at chunk_logits[c] (chunk order).
+  int64_t heads = 0;
+  st_.chunk_logits.clear();
+  for (const PrefillChunk& ch : chunks) {
+    st_.chunk_logits.push_back(heads);
+    heads += ch.logits == PrefillChunk::Logits::kAll    ? ch.n
+             : ch.logits == PrefillChunk::Logits::kLast ? std::min<int64_t>(ch.n, 1)
+                                                        : 0;
+  }
+  out->logits.resize(static_cast<size_t>(heads * s_.vocab));
+  if (s_.prompt_iteration.active()) return PrefillIterated(chunks, out);
+  return PrefillRows(chunks, record_signals, false, st_.chunk_logits.data(), out->logits.data(), out);
+}
+
+// LCKV: chunks longer than sequential_max run in parallel, their cyclic groups iterated;
+// the others token by token (one call per token index, batched over those chunks), which
+// is what decode does and is exact. Each sub-call writes its logits rows in place.
+Status StageRunner::PrefillIterated(const std::vector<PrefillChunk>& chunks, PrefillResult* out) {
   const PromptIteration& iter = s_.prompt_iteration;
-  if (!iter.active()) return PrefillRows(chunks, record_signals, false, out);
-  // LCKV: chunks longer than sequential_max run in parallel, their cyclic groups iterated;
-  // the others token by token (one call per token index, batched over those chunks), which
-  // is what decode does and is exact. The logits are put back in chunk order.
   FATHOM_CHECK_MSG(!s_.loop.looped, "prompt iteration in a looped model");
-  *out = PrefillResult{};
-  const int64_t V = s_.vocab;
-  std::vector<size_t> logits_at(chunks.size() + 1, 0);  // first logits row of each chunk
-  std::vector<PrefillChunk> parallel, one_token;
+  float* logits = out->logits.data();
+  FixedVector<PrefillChunk>& sub = st_.sub_chunks;
+  FixedVector<int64_t>& dest = st_.sub_logits;  // first logits row of each sub-chunk
+  sub.clear();
+  dest.clear();
   int64_t longest_sequential = 0;
   for (size_t c = 0; c < chunks.size(); ++c) {
-    const PrefillChunk& ch = chunks[c];
-    const int64_t rows = ch.logits == PrefillChunk::Logits::kAll    ? ch.n
-                         : ch.logits == PrefillChunk::Logits::kLast ? std::min<int64_t>(ch.n, 1)
-                                                                    : 0;
-    logits_at[c + 1] = logits_at[c] + static_cast<size_t>(rows);
-    if (ch.n > iter.sequential_max) parallel.push_back(ch);
-    else longest_sequential = std::max(longest_sequential, ch.n);
-  }
-  out->logits.resize(logits_at.back() * static_cast<size_t>(V));
-  PrefillResult part;
-  if (!parallel.empty()) {
-    FATHOM_RETURN_IF_ERROR(PrefillRows(parallel, false, true, &part));
-    size_t from = 0;
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      if (chunks[c].n <= iter.sequential_max) continue;
-      const size_t n = (logits_at[c + 1] - logits_at[c]) * static_cast<size_t>(V);
-      std::copy_n(part.logits.data() + from, n, out->logits.data() + logits_at[c] * static_cast<size_t>(V));
-      from += n;
+    if (chunks[c].n > iter.sequential_max) {
+      sub.push_back(chunks[c]);
+      dest.push_back(st_.chunk_logits[static_cast<int64_t>(c)]);
+    } else {
+      longest_sequential = std::max(longest_sequential, chunks[c].n);
     }
   }
+  if (!sub.empty()) FATHOM_RETURN_IF_ERROR(PrefillRows(sub.span(), false, true, dest.data(), logits, out));
   for (int64_t t = 0; t < longest_sequential; ++t) {
-    one_token.clear();
-    std::vector<size_t> dest;  // logits row of each one-token chunk that asks for one
+    sub.clear();
+    dest.clear();
     for (size_t c = 0; c < chunks.size(); ++c) {
       const PrefillChunk& ch = chunks[c];
       if (ch.n > iter.sequential_max || t >= ch.n) continue;
@@ -366,14 +409,10 @@ Status StageRunner::Prefill(const std::vector<PrefillChunk>& chunks, bool record
       const bool wants = ch.logits == PrefillChunk::Logits::kAll ||
                          (ch.logits == PrefillChunk::Logits::kLast && t == ch.n - 1);
       one.logits = wants ? PrefillChunk::Logits::kLast : PrefillChunk::Logits::kNone;
-      if (wants)
-        dest.push_back(logits_at[c] + (ch.logits == PrefillChunk::Logits::kAll ? static_cast<size_t>(t) : 0));
-      one_token.push_back(one);
+      sub.push_back(one);
+      dest.push_back(st_.chunk_logits[static_cast<int64_t>(c)] + (ch.logits == PrefillChunk::Logits::kAll ? t : 0));
     }
-    FATHOM_RETURN_IF_ERROR(PrefillRows(one_token, false, false, &part));
-    for (size_t i = 0; i < dest.size(); ++i)
-      std::copy_n(part.logits.data() + i * static_cast<size_t>(V), V,
-                  out->logits.data() + dest[i] * static_cast<size_t>(V));
+    FATHOM_RETURN_IF_ERROR(PrefillRows(sub.span(), false, false, dest.data(), logits, out));
   }
   return Status::Ok();
 }
@@ -382,16 +421,16 @@ Status StageRunner::Prefill(const std::vector<PrefillChunk>& chunks, bool record
 // the group's later sources start at zero KV for these positions, then `passes` runs of the
 // group from the same input x, each rewriting the KV it produces; the last run's output
 // and KV are kept. After k passes the first k positions of the chunk are exact.
-void StageRunner::IterateGroup(const IteratedGroup& g, const std::vector<Row>& rows, float* x) {
+void StageRunner::IterateGroup(const IteratedGroup& g, Rows rows, float* x) {
   const int64_t E = s_.hidden;
   const auto n = static_cast<int64_t>(rows.size());
   for (int32_t src : g.zero_kv)
-    for (const Row& r : rows) {
+    for (const StageRow& r : rows) {
       const int32_t wl = table_.WriteLayer(src, r.step, r.phase);
       WriteKvRow(r, wl, false, nullptr);
       WriteKvRow(r, wl, true, nullptr);
     }
-  float* in = Grow(group_in_, n * E);
+  float* in = st_.group_in.First(n * E);
   std::copy_n(x, n * E, in);
   for (int32_t pass = 0; pass < s_.prompt_iteration.passes; ++pass) {
     if (pass > 0) std::copy_n(in, n * E, x);
@@ -401,8 +440,9 @@ void StageRunner::IterateGroup(const IteratedGroup& g, const std::vector<Row>& r
 
 // The prelude layers over x [n, E] (every layer of a dense or LCKV model); with `iterate`,
 // cyclic groups run as IterateGroup, else every layer once (token-by-token rows).
-void StageRunner::PreludeLayers(const std::vector<Row>& rows, float* x, bool iterate) {
+void StageRunner::PreludeLayers(Rows rows, float* x, bool iterate) {
   const std::vector<IteratedGroup>& groups = s_.prompt_iteration.groups;
+  ResolveAttention(0, s_.n_prelude, rows);
   size_t g = 0;
   for (int32_t l = 0; l < s_.n_prelude;) {
     if (iterate && g < groups.size() && groups[g].begin == l) {
@@ -414,123 +454,137 @@ void StageRunner::PreludeLayers(const std::vector<Row>& rows, float* x, bool ite
   }
 }
 
-Status StageRunner::PrefillRows(const std::vector<PrefillChunk>& chunks, bool record_signals,
-                                bool iterate, PrefillResult* out) {
-  *out = PrefillResult{};
-  const int64_t E = s_.hidden, V = s_.vocab;
-  rows_.clear();
-  ids_.clear();
+// The loop steps of a prefill: x [n, E] the rows' states after InitState, e [n, E] the
+// prelude output. Step r runs the rows whose chunk has more than r loops, gathered
+// contiguously; with record_signals, their signals go to out [max_loops, n].
+void StageRunner::PrefillLoops(std::span<const PrefillChunk> chunks, int32_t max_loops, bool record_signals,
+                               float* x, const float* e, PrefillResult* out) {
+  const int64_t E = s_.hidden;
+  const int64_t n = st_.rows.size();
+  if (record_signals) {
+    out->gate_lambda.assign(static_cast<size_t>(max_loops * n), 0.f);
+    out->latent_diff.assign(static_cast<size_t>(max_loops * n), 0.f);
+  }
+  for (int32_t r = 0; r < max_loops; ++r) {
+    st_.active.clear();
+    st_.step_rows.clear();
+    for (size_t c = 0; c < chunks.size(); ++c)
+      if (chunks[c].loops > r)
+        for (int64_t i = 0; i < chunks[c].n; ++i) {
+          st_.active.push_back(st_.chunk_begin[static_cast<int64_t>(c)] + i);
+          st_.step_rows.push_back(st_.rows[st_.active.back()]);
+          st_.step_rows.back().step = r;
+        }
+    const int64_t m = st_.active.size();
+    float* xs = st_.loop_x.First(m * E);
+    float* es = st_.loop_e.First(m * E);
+    for (int64_t i = 0; i < m; ++i) {
+      std::copy_n(x + st_.active[i] * E, E, xs + i * E);
+      std::copy_n(e + st_.active[i] * E, E, es + i * E);
+    }
+    StepSignal* sig = nullptr;
+    if (record_signals) sig = st_.sig.First(m), std::fill_n(sig, m, StepSignal{});
+    LoopStep(st_.step_rows.span(), xs, es, sig);
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t row = st_.active[i];
+      std::copy_n(xs + i * E, E, x + row * E);
+      if (record_signals) {
+        const size_t at = static_cast<size_t>(r * n + row);
+        out->gate_lambda[at] = sig[i].gate_lambda;
+        out->latent_diff[at] = sig[i].latent_diff;
+      }
+    }
+  }
+}
+
+Status StageRunner::PrefillRows(std::span<const PrefillChunk> chunks, bool record_signals, bool iterate,
+                                const int64_t* logits_row, float* logits, PrefillResult* out) {
+  const int64_t E = s_.hidden;
+  st_.rows.clear();
+  st_.ids.clear();
+  st_.chunk_begin.clear();  // row ranges of the chunks within the batch
   int32_t max_loops = 0;
   for (const PrefillChunk& ch : chunks) {
+    st_.chunk_begin.push_back(st_.rows.size());
     for (int64_t i = 0; i < ch.n; ++i) {
-      rows_.push_back({ch.seq, ch.pos0 + i, 0, TokenPhase::kPrompt});
-      ids_.push_back(ch.ids[i]);
+      st_.rows.push_back({ch.seq, ch.pos0 + i, 0, TokenPhase::kPrompt});
+      st_.ids.push_back(ch.ids[i]);
     }
     max_loops = std::max(max_loops, ch.loops);
   }
-  FATHOM_RETURN_IF_ERROR(CheckRows(rows_));
-  const auto n = static_cast<int64_t>(rows_.size());
-  chunk_begin_.clear();  // row ranges of the chunks within the batch
-  for (int64_t b = 0; const PrefillChunk& ch : chunks) chunk_begin_.push_back(b), b += ch.n;
+  FATHOM_RETURN_IF_ERROR(CheckRows(st_.rows.span()));
+  const int64_t n = st_.rows.size();
   for (const PrefillChunk& ch : chunks) {  // prompt tokens run every step: no holes
     SeqInfo& info = Info(ch.seq);
     if (static_cast<int64_t>(info.steps_run.size()) < ch.pos0 + ch.n)
-      info.steps_run.resize(static_cast<size_t>(ch.pos0 + ch.n), 0);
+      info.steps_run.resize(static_cast<size_t>(ch.pos0 + ch.n), 0);  // within max_context: reserved
     std::fill_n(info.steps_run.begin() + ch.pos0, ch.n, static_cast<int16_t>(s_.loop.looped ? ch.loops : 0));
   }
-  ResolveRows(rows_);
+  ResolveRows({st_.rows.begin(), st_.rows.end()});
 
-  float* x = Grow(x_, n * E);
-  Embed(ids_.data(), n, x);
-  PreludeLayers(rows_, x, iterate);
+  float* x = st_.x.First(n * E);
+  Embed(st_.ids.data(), n, x);
+  PreludeLayers(st_.rows.span(), x, iterate);
   if (s_.loop.looped) {
-    float* e = Grow(e_, n * E);
+    float* e = st_.e.First(n * E);
     std::copy_n(x, n * E, e);
     if (s_.loop.initial_state != InitialState::kPreludeOutput)
       for (size_t c = 0; c < chunks.size(); ++c)
         for (int64_t i = 0; i < chunks[c].n; ++i)
-          InitState(chunks[c].random_init, chunks[c].pos0 + i, x + (chunk_begin_[c] + i) * E);
-    if (record_signals) {
-      out->gate_lambda.assign(static_cast<size_t>(max_loops * n), 0.f);
-      out->latent_diff.assign(static_cast<size_t>(max_loops * n), 0.f);
-    }
-    // Step r runs the rows whose chunk has more than r loops, gathered contiguously.
-    for (int32_t r = 0; r < max_loops; ++r) {
-      active_.clear();
-      step_rows_.clear();
-      for (size_t c = 0; c < chunks.size(); ++c)
-        if (chunks[c].loops > r)
-          for (int64_t i = 0; i < chunks[c].n; ++i) {
-            active_.push_back(chunk_begin_[c] + i);
-            step_rows_.push_back(rows_[static_cast<size_t>(chunk_begin_[c] + i)]);
-            step_rows_.back().step = r;
-          }
-      const auto m = static_cast<int64_t>(active_.size());
-      float* xs = Grow(loop_x_, m * E);
-      float* es = Grow(loop_e_, m * E);
-      for (int64_t i = 0; i < m; ++i) {
-        std::copy_n(x + active_[static_cast<size_t>(i)] * E, E, xs + i * E);
-        std::copy_n(e + active_[static_cast<size_t>(i)] * E, E, es + i * E);
-      }
-      if (record_signals) sig_.assign(static_cast<size_t>(m), StepSignal{});
-      LoopStep(step_rows_, xs, es, record_signals ? sig_.data() : nullptr);
-      for (int64_t i = 0; i < m; ++i) {
-        const int64_t row = active_[static_cast<size_t>(i)];
-        std::copy_n(xs + i * E, E, x + row * E);
-        if (record_signals) {
-          const size_t at = static_cast<size_t>(r * n + row);
-          out->gate_lambda[at] = sig_[static_cast<size_t>(i)].gate_lambda;
-          out->latent_diff[at] = sig_[static_cast<size_t>(i)].latent_diff;
-        }
-      }
-    }
+          InitState(chunks[c].random_init, chunks[c].pos0 + i,
+                    x + (st_.chunk_begin[static_cast<int64_t>(c)] + i) * E);
+    PrefillLoops(chunks, max_loops, record_signals, x, e, out);
   }
-  head_.clear();
+  st_.head.clear();
+  st_.head_dest.clear();
   for (size_t c = 0; c < chunks.size(); ++c) {
-    const int64_t first = chunks[c].logits == PrefillChunk::Logits::kAll ? 0 : chunks[c].n - 1;
-    if (chunks[c].logits != PrefillChunk::Logits::kNone)
-      for (int64_t i = std::max<int64_t>(first, 0); i < chunks[c].n; ++i)
-        head_.push_back(chunk_begin_[c] + i);
+    const PrefillChunk& ch = chunks[c];
+    if (ch.logits == PrefillChunk::Logits::kNone) continue;
+    const int64_t first = ch.logits == PrefillChunk::Logits::kAll ? 0 : std::max<int64_t>(ch.n - 1, 0);
+    for (int64_t i = first; i < ch.n; ++i) {
+      st_.head.push_back(st_.chunk_begin[static_cast<int64_t>(c)] + i);
+      st_.head_dest.push_back(logits_row[c] + (i - first));
+    }
   }
-  out->logits.resize(head_.size() * static_cast<size_t>(V));
-  CodaAndHead(rows_, x, head_, out->logits.data());
+  CodaAndHead(st_.rows.span(), x, st_.head.span(), st_.head_dest.span(), logits);
   return Status::Ok();
 }
 
 void StageRunner::HeadRows(int64_t n) {
-  head_.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) head_[static_cast<size_t>(i)] = i;
+  st_.head.resize(n);
+  st_.head_dest.resize(n);
+  for (int64_t i = 0; i < n; ++i) st_.head[i] = st_.head_dest[i] = i;
 }
 
 Status StageRunner::Prelude(const std::vector<DecodeItem>& items) {
   FATHOM_RETURN_IF_ERROR(CheckItems(items));
   const int64_t E = s_.hidden;
   const auto n = static_cast<int64_t>(items.size());
-  rows_.clear();
-  ids_.clear();
+  st_.rows.clear();
+  st_.ids.clear();
   for (size_t i = 0; i < items.size(); ++i) {
     const DecodeItem& it = items[i];
     if (it.token < 0 || it.token >= s_.vocab)
       return Status::Error("item " + std::to_string(i) + ": token id " + std::to_string(it.token) +
                            " outside the vocabulary [0, " + std::to_string(s_.vocab) + ")");
-    rows_.push_back({it.seq, it.pos, 0, TokenPhase::kDecode});
-    ids_.push_back(it.token);
+    st_.rows.push_back({it.seq, it.pos, 0, TokenPhase::kDecode});
+    st_.ids.push_back(it.token);
   }
-  FATHOM_RETURN_IF_ERROR(CheckRows(rows_));
+  FATHOM_RETURN_IF_ERROR(CheckRows(st_.rows.span()));
   for (const DecodeItem& it : items) {  // not yet in the loop: no depth slot written
     SeqInfo& info = Info(it.seq);
     if (static_cast<int64_t>(info.steps_run.size()) <= it.pos)
-      info.steps_run.resize(static_cast<size_t>(it.pos + 1), 0);
+      info.steps_run.resize(static_cast<size_t>(it.pos + 1), 0);  // within max_context: reserved
     info.steps_run[static_cast<size_t>(it.pos)] = 0;
   }
-  ResolveRows(rows_);
-  float* x = Grow(x_, n * E);
-  Embed(ids_.data(), n, x);
-  for (int32_t l = 0; l < s_.n_prelude; ++l) Block(l, rows_, x);
+  ResolveRows({st_.rows.begin(), st_.rows.end()});
+  float* x = st_.x.First(n * E);
+  Embed(st_.ids.data(), n, x);
+  PreludeLayers(st_.rows.span(), x, false);
   for (int64_t i = 0; i < n; ++i) {
     const DecodeItem& it = items[static_cast<size_t>(i)];
-    float* sx = slot_x_.data() + it.slot * E;
-    float* se = slot_e_.data() + it.slot * E;
+    float* sx = st_.slot_x.data() + it.slot * E;
+    float* se = st_.slot_e.data() + it.slot * E;
     std::copy_n(x + i * E, E, se);
     if (!s_.loop.looped || s_.loop.initial_state == InitialState::kPreludeOutput)
       std::copy_n(x + i * E, E, sx);
@@ -545,63 +599,63 @@ Status StageRunner::CoreStep(const std::vector<DecodeItem>& items, CoreStepResul
   if (!s_.loop.looped) return Status::Error("core step: model_type '" + s_.model_type + "' has no loop");
   const int64_t E = s_.hidden;
   const auto n = static_cast<int64_t>(items.size());
-  rows_.clear();
+  st_.rows.clear();
+  st_.kl_items.clear();
   for (size_t i = 0; i < items.size(); ++i) {
     const DecodeItem& it = items[i];
     if (!seqs_.count(it.seq)) return Status::Error("item " + std::to_string(i) + ": unknown sequence");
     if (it.step < 0 || it.step >= Info(it.seq).loops)
       return Status::Error("item " + std::to_string(i) + ": step " + std::to_string(it.step) +
                            " outside [0, " + std::to_string(Info(it.seq).loops) + ")");
-    rows_.push_back({it.seq, it.pos, it.step, TokenPhase::kDecode});
+    st_.rows.push_back({it.seq, it.pos, it.step, TokenPhase::kDecode});
+    if (it.kl) st_.kl_items.push_back(static_cast<int64_t>(i));
   }
-  FATHOM_RETURN_IF_ERROR(CheckRows(rows_));
+  if (st_.kl_items.size() > num_slots_)  // each keeps its previous distribution in its slot
+    return Status::Error(std::to_string(st_.kl_items.size()) + " items ask for the KL signal, more than the " +
+                         std::to_string(num_slots_) + " state slots");
+  FATHOM_RETURN_IF_ERROR(CheckRows(st_.rows.span()));
   for (const DecodeItem& it : items)  // its own K/V at this step is written before it attends
     Info(it.seq).steps_run[static_cast<size_t>(it.pos)] = static_cast<int16_t>(it.step + 1);
-  ResolveRows(rows_);
+  ResolveRows({st_.rows.begin(), st_.rows.end()});
 
-  float* x = Grow(x_, n * E);
+  float* x = st_.x.First(n * E);
   const bool inject = s_.loop.core_input == CoreInput::kAdapterOnConcat;
-  float* e = inject ? Grow(e_, n * E) : nullptr;
+  float* e = inject ? st_.e.First(n * E) : nullptr;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t slot = items[static_cast<size_t>(i)].slot;
-    std::copy_n(slot_x_.data() + slot * E, E, x + i * E);
-    if (inject) std::copy_n(slot_e_.data() + slot * E, E, e + i * E);
+    std::copy_n(st_.slot_x.data() + slot * E, E, x + i * E);
+    if (inject) std::copy_n(st_.slot_e.data() + slot * E, E, e + i * E);
   }
   out->signals.assign(static_cast<size_t>(n), StepSignal{});
-  LoopStep(rows_, x, e, out->signals.data());
+  LoopStep(st_.rows.span(), x, e, out->signals.data());
   for (int64_t i = 0; i < n; ++i)
-    std::copy_n(x + i * E, E, slot_x_.data() + items[static_cast<size_t>(i)].slot * E);
-
-  kl_items_.clear();
-  for (int64_t i = 0; i < n; ++i)
-    if (items[static_cast<size_t>(i)].kl) kl_items_.push_back(i);
-  if (!kl_items_.empty()) KlSignals(items, x, out);
+    std::copy_n(x + i * E, E, st_.slot_x.data() + items[static_cast<size_t>(i)].slot * E);
+  if (!st_.kl_items.empty()) KlSignals(items, x, out);
   return Status::Ok();
 }
 
 // KL(p_{r-1} || p_r) of the predictions from successive states (p_0 uniform), for the items
-// kl_items_ lists only: their states go through the after-loop norm, the coda and the LM
+// st_.kl_items lists only: their states go through the after-loop norm, the coda and the LM
 // head. The coda writes its KV at these positions; the token's final coda overwrites it.
 void StageRunner::KlSignals(const std::vector<DecodeItem>& items, const float* x, CoreStepResult* out) {
   const int64_t E = s_.hidden, V = s_.vocab;
-  const auto m = static_cast<int64_t>(kl_items_.size());
-  if (slot_logp_.empty()) slot_logp_.resize(static_cast<size_t>(num_slots_ * V));
-  kl_rows_.clear();
-  float* xs = Grow(loop_x_, m * E);
+  const int64_t m = st_.kl_items.size();
+  st_.kl_rows.clear();
+  float* xs = st_.loop_x.First(m * E);
   for (int64_t i = 0; i < m; ++i) {
-    const int64_t item = kl_items_[static_cast<size_t>(i)];
-    kl_rows_.push_back(rows_[static_cast<size_t>(item)]);
-    kl_rows_.back().step = 0;  // the coda has one step
+    const int64_t item = st_.kl_items[i];
+    st_.kl_rows.push_back(st_.rows[item]);
+    st_.kl_rows.back().step = 0;  // the coda has one step
     std::copy_n(x + item * E, E, xs + i * E);
   }
   HeadRows(m);
-  float* logits = Grow(logits_, m * V);
-  CodaAndHead(kl_rows_, xs, head_, logits);
-  float* logp = Grow(logp_, V);
+  float* logits = st_.kl_logits.First(m * V);
+  CodaAndHead(st_.kl_rows.span(), xs, st_.head.span(), st_.head_dest.span(), logits);
+  float* logp = st_.logp.First(V);
   for (int64_t i = 0; i < m; ++i) {
-    const auto item = static_cast<size_t>(kl_items_[static_cast<size_t>(i)]);
+    const auto item = static_cast<size_t>(st_.kl_items[i]);
     const DecodeItem& it = items[item];
-    float* prev_logp = slot_logp_.data() + it.slot * V;
+    float* prev_logp = st_.slot_logp.data() + it.slot * V;
     if (it.step == 0) std::fill_n(prev_logp, V, -std::log(static_cast<float>(V)));
     LogSoftmax(logits + i * V, V, logp);
     double kl = 0;
@@ -616,24 +670,27 @@ Status StageRunner::Coda(const std::vector<DecodeItem>& items, CodaResult* out) 
   FATHOM_RETURN_IF_ERROR(CheckItems(items));
   const int64_t E = s_.hidden, V = s_.vocab;
   const auto n = static_cast<int64_t>(items.size());
-  rows_.clear();
-  for (const DecodeItem& it : items) rows_.push_back({it.seq, it.pos, 0, TokenPhase::kDecode});
-  FATHOM_RETURN_IF_ERROR(CheckRows(rows_));
+  st_.rows.clear();
+  for (const DecodeItem& it : items) st_.rows.push_back({it.seq, it.pos, 0, TokenPhase::kDecode});
+  FATHOM_RETURN_IF_ERROR(CheckRows(st_.rows.span()));
   // The layout's rule for the loop steps an early exit skipped (last-exited: copy).
   for (const DecodeItem& it : items) {
     if (!s_.loop.looped || it.step >= Info(it.seq).loops) continue;
-    copies_.clear();
-    table_.ExitCopies(it.step, &copies_);
-    for (const auto& [from, to] : copies_) kv_.CopyRow(it.seq, it.pos, from, to);
-    if (!copies_.empty()) Info(it.seq).steps_run[static_cast<size_t>(it.pos)] = static_cast<int16_t>(table_.shape().max_depth);
+    st_.copies.clear();
+    const size_t reserved = st_.copies.capacity();
+    table_.ExitCopies(it.step, &st_.copies);
+    FATHOM_CHECK(st_.copies.capacity() == reserved);
+    for (const auto& [from, to] : st_.copies) kv_.CopyRow(it.seq, it.pos, from, to);
+    if (!st_.copies.empty())
+      Info(it.seq).steps_run[static_cast<size_t>(it.pos)] = static_cast<int16_t>(table_.shape().max_depth);
   }
-  ResolveRows(rows_);
-  float* x = Grow(x_, n * E);
+  ResolveRows({st_.rows.begin(), st_.rows.end()});
+  float* x = st_.x.First(n * E);
   for (int64_t i = 0; i < n; ++i)
-    std::copy_n(slot_x_.data() + items[static_cast<size_t>(i)].slot * E, E, x + i * E);
+    std::copy_n(st_.slot_x.data() + items[static_cast<size_t>(i)].slot * E, E, x + i * E);
   HeadRows(n);
   out->logits.resize(static_cast<size_t>(n * V));
-  CodaAndHead(rows_, x, head_, out->logits.data());
+  CodaAndHead(st_.rows.span(), x, st_.head.span(), st_.head_dest.span(), out->logits.data());
   out->tokens.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const DecodeItem& it = items[static_cast<size_t>(i)];

@@ -16,23 +16,32 @@
 // lives in a preallocated pool of slots between stages; the caller owns slot assignment.
 // The runner keeps, per sequence, how many loop steps each position ran, to mask the holes
 // of the depth-indexed layouts.
+//
+// Every buffer is in a RunState (run_state.h) allocated at construction from RunLimits
+// (rows per stage call, positions per sequence): a stage call allocates nothing, and a call
+// beyond the limits is an error. Row metadata (block tables, prompt lengths, key steps) is
+// resolved once per stage call, each stage's attention segments once before its layers.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
 #include "exec/backend.h"
-#include "kernels/paged_attention.h"
+#include "exec/run_state.h"
 #include "model/model.h"
 
 namespace fathom {
 
 class StageRunner final : public Backend {
  public:
-  // `num_slots`: state slots for decode tokens in flight.
+  // `num_slots`: state slots for decode tokens in flight; `limits`: the largest stage call
+  // (rows) and sequence (positions) the caller will send.
+  StageRunner(const Model& model, KvManager& kv, int32_t num_slots, const RunLimits& limits);
+  // Limits no call can exceed (RunLimits::Covering): for tests and tools that do not know theirs.
   StageRunner(const Model& model, KvManager& kv, int32_t num_slots);
 
   void AddSequence(KvManager::SeqId seq, int32_t loops) override;
@@ -43,52 +52,52 @@ class StageRunner final : public Backend {
   Status CoreStep(const std::vector<DecodeItem>& items, CoreStepResult* out) override;
   Status Coda(const std::vector<DecodeItem>& items, CodaResult* out) override;
   int32_t num_slots() const override { return num_slots_; }
+  const RunLimits& limits() const { return st_.limits; }
 
  private:
-  struct Row {  // one token in one stage: where its KV goes and what it reads
-    KvManager::SeqId seq;
-    int64_t pos;
-    int32_t step;
-    TokenPhase phase;
-    // Resolved once per stage call (ResolveRows), not per layer:
-    int64_t prompt_len = 0;
-    const int16_t* key_steps = nullptr;  // its sequence's steps_run (hole masking)
-    int32_t tables = 0;                  // offset into row_tables_ of its sequence's
-                                         // [num_physical] block tables
-  };
+  using Rows = std::span<const StageRow>;
   struct SeqInfo {
     int32_t loops = 0;
-    std::vector<int16_t> steps_run;  // per position: loop steps run (hole masking)
+    std::vector<int16_t> steps_run;  // per position: loop steps run (hole masking); reserved
+                                     // to max_context at AddSequence
   };
 
   // One transformer block over x [n, E] in place; row i writes its K/V where the table says.
-  void Block(int32_t layer, const std::vector<Row>& rows, float* x);
-  void PreludeLayers(const std::vector<Row>& rows, float* x, bool iterate);
-  void IterateGroup(const IteratedGroup& g, const std::vector<Row>& rows, float* x);
+  // Its attention segments must have been resolved (ResolveAttention) for these rows.
+  void Block(int32_t layer, Rows rows, float* x);
+  void PreludeLayers(Rows rows, float* x, bool iterate);
+  void IterateGroup(const IteratedGroup& g, Rows rows, float* x);
   Status CheckChunks(const std::vector<PrefillChunk>& chunks) const;
-  // Prefill of already checked chunks as one batch; `iterate`: cyclic groups iterated.
-  Status PrefillRows(const std::vector<PrefillChunk>& chunks, bool record_signals, bool iterate,
-                     PrefillResult* out);
-  void Attend(int32_t layer, const std::vector<Row>& rows, const float* q, float* out);
+  // Prefill of already checked chunks as one batch; `iterate`: cyclic groups iterated. Chunk
+  // c's logits rows go to logits [.., V] from row logits_row[c] on.
+  Status PrefillRows(std::span<const PrefillChunk> chunks, bool record_signals, bool iterate,
+                     const int64_t* logits_row, float* logits, PrefillResult* out);
+  Status PrefillIterated(const std::vector<PrefillChunk>& chunks, PrefillResult* out);
+  void PrefillLoops(std::span<const PrefillChunk> chunks, int32_t max_loops, bool record_signals, float* x,
+                    const float* e, PrefillResult* out);
+  // Key segments of every row at layers [first, first + count), into st_.att_rows / segs.
+  void ResolveAttention(int32_t first, int32_t count, Rows rows);
+  void Attend(int32_t layer, Rows rows);  // st_.q -> st_.attn
   // One loop step (adapter, core layers, step norm) over rows at their own steps:
   // x [n, E] the state, in and out; e [n, E] the injected embeddings (adapter models) or
   // null; signals [n] (null: not computed) from the state before and after.
-  void LoopStep(const std::vector<Row>& rows, float* x, const float* e, StepSignal* signals);
+  void LoopStep(Rows rows, float* x, const float* e, StepSignal* signals);
   void Embed(const int32_t* ids, int64_t n, float* x) const;
   void InitState(const std::optional<uint64_t>& seed, int64_t pos, float* x) const;
   void Signals(const float* x, const float* prev, int64_t n, StepSignal* out) const;
-  void CodaAndHead(const std::vector<Row>& rows, float* x, const std::vector<int64_t>& head_rows,
+  void CodaAndHead(Rows rows, float* x, std::span<const int64_t> head_rows, std::span<const int64_t> head_dest,
                    float* logits);
-  // KL(p_{r-1} || p_r) for the items listed in kl_items_ (x [n, E] the step's states).
+  // KL(p_{r-1} || p_r) for the items listed in st_.kl_items (x [n, E] the step's states).
   void KlSignals(const std::vector<DecodeItem>& items, const float* x, CoreStepResult* out);
-  // Errors for rows of unknown sequences or positions without KV. ResolveRows then fills the
-  // rows' resolved fields (valid until the next Grow, Release or steps_run resize).
-  Status CheckRows(const std::vector<Row>& rows) const;
-  void ResolveRows(std::vector<Row>& rows);
+  // Errors for too many rows, rows of unknown sequences or positions without KV. ResolveRows
+  // then fills the rows' resolved fields (valid until the next Grow, Release or steps_run
+  // resize).
+  Status CheckRows(Rows rows) const;
+  void ResolveRows(std::span<StageRow> rows);
   // Stores row r.pos of physical layer p (K, or V when `value`) from kv_dim floats of src,
   // in the pool's dtype (src == nullptr: zeros).
-  void WriteKvRow(const Row& r, int32_t physical_layer, bool value, const float* src);
-  void HeadRows(int64_t n);  // head_ = 0 .. n-1
+  void WriteKvRow(const StageRow& r, int32_t physical_layer, bool value, const float* src);
+  void HeadRows(int64_t n);  // head = 0 .. n-1
   Status CheckItems(const std::vector<DecodeItem>& items) const;
   SeqInfo& Info(KvManager::SeqId seq);
 
@@ -97,36 +106,8 @@ class StageRunner final : public Backend {
   KvManager& kv_;
   const KvLayerTable& table_;
   int32_t num_slots_;
-  std::vector<float> slot_x_, slot_e_;  // [num_slots, E]
-  std::vector<float> slot_logp_;        // [num_slots, V], allocated on the first KL request
   std::unordered_map<KvManager::SeqId, SeqInfo> seqs_;
-  // Scratch, grown on demand and kept (no allocation once the largest batch has run).
-  // n = rows of the stage call, m = rows of one prefill loop step (<= n).
-  std::vector<float> x_;              // [n, E] the rows' hidden states
-  std::vector<float> e_;              // [n, E] injected embeddings (prelude output): prefill's,
-                                      // or a core step's gathered from the slots
-  std::vector<float> loop_x_, loop_e_;  // [m, E] one loop step's rows, gathered
-  std::vector<float> prev_;           // [m, E] the state before a loop step (signals)
-  std::vector<float> h_;              // [n, E] normed input of a sub-layer / head rows
-  std::vector<float> qkv_;            // [n, q_dim + 2 kv_dim]
-  std::vector<float> q_, k_;          // [n, q_dim], [n, kv_dim] after norms, bias, RoPE
-  std::vector<float> attn_;           // [n, q_dim] attention output
-  std::vector<float> o_;              // [n, E] sub-layer output
-  std::vector<float> gate_up_, act_;  // [n, 2 I], [n, I]
-  std::vector<float> cat_;            // [m, 2 E] adapter input cat[x, e]
-  std::vector<float> group_in_;       // [n, E] a cyclic group's input (IterateGroup)
-  std::vector<float> logits_;         // [kl rows, V]
-  std::vector<float> logp_;           // [V]
-  std::vector<int32_t> pos_;          // [n] positions (RoPE)
-  std::vector<KeySegment> segs_;      // attention: every row's key segments
-  std::vector<KvSegment> kv_segs_;    // one row's segments from the table
-  std::vector<PagedAttentionRow> att_rows_;
-  std::vector<const int32_t*> row_tables_;  // [distinct sequences of the call, num_physical]
-  std::vector<Row> rows_, step_rows_, kl_rows_;
-  std::vector<int32_t> ids_;
-  std::vector<int64_t> head_, active_, chunk_begin_, kl_items_;
-  std::vector<StepSignal> sig_;
-  std::vector<std::pair<int32_t, int32_t>> copies_;
+  RunState st_;  // every buffer, sized once (run_state.h)
 };
 
 }  // namespace fathom
