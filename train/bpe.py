@@ -177,8 +177,8 @@ def write(out_dir, merges):
 
 class Encoder:
     """A small encoder of the written tokenizer (rank-ordered merges per pre-token), used by
-    the recipes to tokenize the corpus.  Special tokens in the text are not matched: the
-    recipes insert <|endoftext|> ids themselves."""
+    the recipes and train/eval.py.  Special tokens written literally in the text are matched
+    as such (as the added tokens of tokenizer.json are); the text between them is BPE-encoded."""
 
     def __init__(self, tok_dir):
         with open(os.path.join(tok_dir, "tokenizer.json"), encoding="utf-8") as f:
@@ -208,8 +208,17 @@ class Encoder:
 
     def encode(self, text):
         out = []
-        for w in pretokenize(text):
-            out.extend(self.encode_word(w))
+        if self.specials:
+            pattern = "(" + "|".join(re.escape(s) for s in sorted(self.specials, key=len, reverse=True)) + ")"
+            pieces = re.split(pattern, text)
+        else:
+            pieces = [text]
+        for k, piece in enumerate(pieces):
+            if k % 2 == 1:
+                out.append(self.specials[piece])
+                continue
+            for w in pretokenize(piece):
+                out.extend(self.encode_word(w))
         return out
 
 

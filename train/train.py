@@ -7,8 +7,8 @@
 A run directory holds everything (never in the repository): tokenizer/ (trained by
 train/bpe.py on the training text unless --tokenizer is given), train_ids.npy, state.pt (the
 resumable state: model, optimizer, step, stage; written every --ckpt-minutes and at the end),
-hf/ (the latest checkpoint exported as bf16 HF files + the tokenizer, loadable by fathom and
-tests/reference/reference.py), log.csv, eval.csv and curve.png.  Re-running the same command
+hf/ (the latest checkpoint as bf16 HF files + the tokenizer, loadable by fathom and
+tests/reference/reference.py; --export DIR also writes the final one to DIR in --export-dtype), log.csv, eval.csv and curve.png.  Re-running the same command
 resumes from state.pt.
 
 Data: the Brown training split (train/data.py) unless --text-file; documents are encoded
@@ -37,6 +37,7 @@ if __name__ == "__main__":  # one OpenMP thread for torch and oneDNN unless --th
 
 import json
 import math
+import signal
 import time
 
 import numpy as np
@@ -89,7 +90,7 @@ def recipe(name, V):
     """(family, config, training settings) for a named recipe."""
     ctx = 256
     train = {"seq_len": ctx, "batch": 4, "lr": 2e-3, "min_lr_frac": 0.1, "warmup": 50, "weight_decay": 0.1,
-             "beta": 0.05, "gate_steps": 0, "gate_lr": 1e-3, "steps": 800}
+             "beta": 0.5, "gate_steps": 0, "gate_lr": 1e-3, "steps": 800}
     tiny = name.startswith("tiny-")
     if tiny:
         E, L, H, Hkv, I = 32, 2, 2, 1, 48
@@ -107,7 +108,7 @@ def recipe(name, V):
     elif kind == "dense4x":  # the looped model's compute: 4x the layers
         cfg = config_for("llama", E, 4 * L, H, Hkv, I, V, ctx)
     elif kind in ("lckv-w2", "lckv-half"):
-        Ll = 4 if tiny else 4 * L  # the dense4x shape: LCKV needs layers to share
+        Ll = 8 if tiny else 4 * L  # the dense4x shape: LCKV needs layers to share
         cfg = config_for("lckv-llama", E, Ll, H, Hkv, I, V, ctx)
         cfg["layer_types"] = lckv_layout(Ll, 2 if kind.endswith("w2") else Ll // 2)
         if tiny:
@@ -283,13 +284,14 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, help="stage-1 optimizer steps (override the recipe)")
     ap.add_argument("--gate-steps", type=int, help="ouro stage-2 steps (override the recipe)")
     ap.add_argument("--batch", type=int)
+    ap.add_argument("--beta", type=float, help="ouro stage-1 entropy weight (override the recipe)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--ckpt-minutes", type=float, default=10.0)
     ap.add_argument("--eval-windows", type=int, default=24, help="held-out windows evaluated at each checkpoint")
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--export", help="also write the final HF checkpoint here")
-    ap.add_argument("--export-dtype", default="bf16", choices=["bf16", "f32"])
+    ap.add_argument("--export-dtype", default="bf16", choices=["bf16", "f32"], help="of --export (RUN_DIR/hf is bf16)")
     ap.add_argument("--stop-after-minutes", type=float, help="checkpoint and exit after this long (resume later)")
     a = ap.parse_args(argv)
 
@@ -316,7 +318,7 @@ def main(argv=None):
 
     family, cfg, tr = recipe(a.recipe, V)
     cfg.update(bos_token_id=eot, eos_token_id=enc.specials["<|im_end|>"], pad_token_id=eot)
-    for k in ("steps", "gate_steps", "batch"):
+    for k in ("steps", "gate_steps", "batch", "beta"):
         if getattr(a, k) is not None:
             tr[k] = getattr(a, k)
     torch.manual_seed(a.seed)
@@ -369,7 +371,7 @@ def main(argv=None):
                     "recipe": a.recipe}, state_path + ".tmp")
         os.replace(state_path + ".tmp", state_path)
         hf = os.path.join(a.run_dir, "hf")
-        checkpoint.export(model, hf, a.export_dtype)
+        checkpoint.export(model, hf, "bf16")
         for name in ("tokenizer.json", "tokenizer_config.json"):
             with open(os.path.join(tok_dir, name), "rb") as src, open(os.path.join(hf, name), "wb") as dst:
                 dst.write(src.read())
@@ -396,7 +398,12 @@ def main(argv=None):
         print(f"[stage {stage}] {i}/{total} loss {loss:.4f} {extra} | {tps:.0f} tok/s", flush=True)
         win_tokens, win_t0 = 0, time.time()
 
+    stop_signal = []
+    signal.signal(signal.SIGTERM, lambda *_: stop_signal.append(1))  # checkpoint, then exit
+
     def time_up():
+        if stop_signal:
+            return True
         return a.stop_after_minutes is not None and time.time() - t_start > 60 * a.stop_after_minutes
 
     model.train()
@@ -425,7 +432,7 @@ def main(argv=None):
             last_ckpt = time.time()
         if time_up():
             save()
-            print("stopped by --stop-after-minutes; re-run the same command to resume", flush=True)
+            print("stopped (--stop-after-minutes or SIGTERM); re-run the same command to resume", flush=True)
             return 0
 
     if family == "ouro" and tr["gate_steps"] > 0:
@@ -451,7 +458,7 @@ def main(argv=None):
                 last_ckpt = time.time()
             if time_up():
                 save()
-                print("stopped by --stop-after-minutes; re-run the same command to resume", flush=True)
+                print("stopped (--stop-after-minutes or SIGTERM); re-run the same command to resume", flush=True)
                 return 0
     save(final=True)
     print(f"done: {state['step']} steps, {state['gate_step']} gate steps, {state['tokens']} tokens, "
