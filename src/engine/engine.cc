@@ -100,6 +100,9 @@ Result<RequestId> Engine::AddRequest(RequestSpec r) {
     if (!(r.budget_trace[i] >= 0 && r.budget_trace[i] <= 1))
       return Status::Error("budget_trace[" + std::to_string(i) + "]: " + std::to_string(r.budget_trace[i]) +
                            " outside [0, 1]");
+  if (r.thinking_budget >= 0 && (r.think_start_id < 0 || r.think_start_id >= spec.vocab ||
+                                 r.think_end_id < 0 || r.think_end_id >= spec.vocab))
+    return Status::Error("thinking_token_budget: the start- and end-of-thinking token ids must be in the vocabulary");
   if (!(r.deadline_s >= 0 && r.deadline_s < kNever))
     return Status::Error("deadline: " + std::to_string(r.deadline_s) + " s is not a finite time >= 0");
   const double deadline = r.deadline_s > 0 ? Now() + r.deadline_s : kNever;
@@ -118,6 +121,14 @@ Result<RequestId> Engine::AddRequest(RequestSpec r) {
   q.sampler = std::make_unique<Sampler>(r.seed);
   q.policy = std::move(policy);
   q.deadline = deadline;
+  if (r.thinking_budget >= 0)  // thinking from the prompt: after its last start, no end since
+    for (size_t i = r.prompt.size(); i-- > 0;) {
+      if (r.prompt[i] == r.think_end_id) break;
+      if (r.prompt[i] == r.think_start_id) {
+        q.thinking = true, q.thought = static_cast<int64_t>(r.prompt.size() - 1 - i);
+        break;
+      }
+    }
   q.budgets.reserve(static_cast<size_t>(r.max_tokens));  // one per output token
   ++stats_.tier[TierRank(r.tier)].requests;
   q.spec = std::move(r);
@@ -172,6 +183,23 @@ double Engine::TokenBudget(Req& r) {
   return controller_.ForRequest(decision_.b, r.spec.tier, r.spec.budget);
 }
 
+// The reasoning stop: the token a request emits next, given the one sampled (`token`)
+// under budget b; keeps the request's thinking state.
+int32_t Engine::Think(Req& r, int32_t token, double b) {
+  const RequestSpec& s = r.spec;
+  if (s.thinking_budget < 0) return token;
+  if (!r.thinking) {
+    if (token == s.think_start_id) r.thinking = true, r.thought = 0;
+    return token;
+  }
+  const double allowance = s.thinking_scales ? std::floor(s.thinking_budget * b) : s.thinking_budget;
+  if (token != s.think_end_id && static_cast<double>(r.thought) >= allowance)
+    token = s.think_end_id, ++stats_.forced_think_ends;
+  if (token == s.think_end_id) r.thinking = false;
+  else ++r.thought;
+  return token;
+}
+
 Status Engine::Execute(const Plan& plan, Outcome* out) {
   out->Clear();
   for (RequestId v : plan.preempt) ReleaseKv(v);
@@ -207,7 +235,7 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
         int32_t t = -1;
         if (w.sample) {
           Req& r = At(w.req);
-          t = r.sampler->Sample(prefill_.logits.data() + k++ * V, V, r.spec.sampling);
+          t = Think(r, r.sampler->Sample(prefill_.logits.data() + k++ * V, V, r.spec.sampling), 1.0);
         }
         out->tokens.push_back(t);
       }
@@ -245,6 +273,10 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
       for (const WorkItem& w : plan.items) items_.push_back(Item(w));
       FATHOM_RETURN_IF_ERROR(runner_->Coda(items_, &coda_));
       out->tokens.assign(coda_.tokens.begin(), coda_.tokens.end());
+      for (size_t i = 0; i < plan.items.size(); ++i) {
+        Req& r = At(plan.items[i].req);
+        if (!plan.items[i].replay) out->tokens[i] = Think(r, out->tokens[i], r.token_b);
+      }
       return Status::Ok();
   }
   return Status::Error("internal: unknown stage");

@@ -84,6 +84,14 @@ struct RequestSpec {
   std::vector<float> budget_trace;
   ServiceTier tier = ServiceTier::kDefault;
   double deadline_s = 0;  // seconds after AddRequest to finish by; 0: none
+  // Reasoning stop (issue 14): once `thinking_budget` tokens followed the start-of-thinking
+  // token think_start_id (in the prompt or generated) with no end-of-thinking token
+  // think_end_id since, that token is forced as the next one and generation goes on. With
+  // `thinking_scales` the allowance is floor(thinking_budget x the budget b the token runs
+  // under) (a server default that shrinks with b). -1: no stop.
+  int32_t thinking_budget = -1;
+  bool thinking_scales = false;
+  int32_t think_start_id = -1, think_end_id = -1;
 };
 
 struct StageStats {
@@ -105,6 +113,7 @@ struct EngineStats {
   TierStats tier[kNumServiceTiers];          // indexed by TierRank
   int64_t deadline_misses = 0;   // requests that finished after their deadline (all tiers)
   int64_t deadline_hopeless = 0; // of those with a deadline: found unmeetable even at b = 0
+  int64_t forced_think_ends = 0; // end-of-thinking tokens forced by a thinking budget
 };
 
 class Engine {
@@ -154,12 +163,15 @@ class Engine {
     double token_b = 1;          // the budget of the decode token in flight
     int64_t decode_index = 0;    // decode tokens started (indexes budget_trace)
     std::vector<float> budgets;  // per output token
+    bool thinking = false;       // after think_start_id, before think_end_id
+    int64_t thought = 0;         // tokens since think_start_id
   };
   Engine(const Model& model, const EngineOptions& opt, int32_t max_depth, std::unique_ptr<KvManager> kv);
   Status Execute(const Plan& plan, Outcome* out);
   void ReleaseKv(RequestId id);
   DecodeItem Item(const WorkItem& w);
   double TokenBudget(Req& r);
+  int32_t Think(Req& r, int32_t token, double b);
   void UpdateBudget(double now);
   struct Iteration {
     double edge = 0, core = 0, rounds = 1, batch = 1;  // seconds; iterations per token; rows

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <random>
@@ -307,5 +308,103 @@ TEST(BudgetEngine, BadBudgetFieldsAreNamed) {
   EXPECT_NE(Engine::Create(m, bad).status().message().find("tier priority"), std::string::npos);
 }
 
+
+// The reasoning stop against the same request without it: up to the forced token the
+// tokens are the reference's (forcing changes nothing before it), then the end-of-thinking
+// token, once, at exactly the allowance. Ids for the thinking markers are ones the
+// reference does not produce where it matters, so the model never ends thinking itself.
+struct ThinkingCase {
+  std::vector<Out> ref, got;
+  int64_t forced = 0;
+};
+ThinkingCase RunThinking(const Model& m, RequestSpec r, SchedMode mode, int32_t width) {
+  ThinkingCase c;
+  RequestSpec plain = r;
+  plain.thinking_budget = -1;
+  c.ref = RunAll(m, {plain}, mode, width);
+  EngineOptions opt;
+  opt.mode = mode, opt.width = width, opt.max_depth = 4, opt.prefill_budget = 16;
+  auto e = Engine::Create(m, opt);
+  EXPECT_TRUE(e.ok());
+  const RequestId id = (*e)->AddRequest(r).value();
+  EXPECT_TRUE((*e)->RunToCompletion().ok());
+  c.got = {{(*e)->request(id).tokens, (*e)->request(id).depths, (*e)->token_budgets(id)}};
+  c.forced = (*e)->stats().forced_think_ends;
+  return c;
+}
+
+// An id in [0, vocab) that is not in `avoid`.
+int32_t Unused(const ModelSpec& spec, const std::vector<int32_t>& avoid, int32_t from) {
+  for (int32_t t = from; t < spec.vocab; ++t)
+    if (std::find(avoid.begin(), avoid.end(), t) == avoid.end()) return t;
+  return -1;
+}
+
+TEST(ReasoningStop, ExactlyTheAllowanceAfterAPromptThatOpensThinking) {
+  const Model& m = Tiny("ouro");
+  for (SchedMode mode : {SchedMode::kCb, SchedMode::kCdbRefill})
+    for (int32_t n : {0, 1, 4}) {
+      RequestSpec r = Requests(m.spec(), 1, 40)[0];
+      r.max_tokens = 10;
+      r.sampling.temperature = 0;
+      const std::vector<Out> ref = RunAll(m, {r}, mode, 4);
+      r.think_end_id = Unused(m.spec(), ref[0].tokens, 1);
+      r.think_start_id = Unused(m.spec(), ref[0].tokens, r.think_end_id + 1);
+      r.prompt.push_back(r.think_start_id);  // the prompt ends inside thinking
+      r.thinking_budget = n;
+      const ThinkingCase c = RunThinking(m, r, mode, 4);
+      const std::vector<int32_t>& got = c.got[0].tokens;
+      ASSERT_EQ(got.size(), 10u);
+      for (int32_t k = 0; k < n; ++k) {
+        EXPECT_EQ(got[static_cast<size_t>(k)], c.ref[0].tokens[static_cast<size_t>(k)]) << "n " << n << " token " << k;
+        EXPECT_NE(got[static_cast<size_t>(k)], r.think_end_id);
+      }
+      EXPECT_EQ(got[static_cast<size_t>(n)], r.think_end_id) << "n " << n;
+      EXPECT_EQ(std::count(got.begin(), got.end(), r.think_end_id), 1) << "forced once; generation goes on";
+      EXPECT_EQ(c.forced, 1);
+    }
+}
+
+TEST(ReasoningStop, StartsAtAGeneratedStartTokenAndScalesWithTheBudget) {
+  const Model& m = Tiny("ouro");
+  RequestSpec r;
+  std::vector<Out> ref;
+  // A request whose second generated token appears nowhere else in its prompt and output:
+  // it opens thinking there and only there.
+  for (uint64_t seed = 41;; ++seed) {
+    r = Requests(m.spec(), 1, seed)[0];
+    r.max_tokens = 12;
+    r.sampling.temperature = 0;
+    r.exit.kind = ExitSpec::Kind::kNone;  // b moves no exit: the same tokens at any budget
+    r.budget = 0.5;
+    ref = RunAll(m, {r}, SchedMode::kCdbRefill, 4);
+    const int32_t t = ref[0].tokens[1];
+    if (std::count(r.prompt.begin(), r.prompt.end(), t) + std::count(ref[0].tokens.begin(), ref[0].tokens.end(), t) ==
+        1)
+      break;
+    ASSERT_LT(seed, 200u);
+  }
+  r.think_start_id = ref[0].tokens[1];  // the second generated token opens thinking
+  std::vector<int32_t> seen = ref[0].tokens;
+  seen.insert(seen.end(), r.prompt.begin(), r.prompt.end());
+  r.think_end_id = Unused(m.spec(), seen, 1);
+  for (bool scales : {false, true}) {
+    r.thinking_budget = 4;
+    r.thinking_scales = scales;  // floor(4 x 0.5) = 2
+    const size_t allowance = scales ? 2 : 4;
+    const ThinkingCase c = RunThinking(m, r, SchedMode::kCdbRefill, 4);
+    const std::vector<int32_t>& got = c.got[0].tokens;
+    for (size_t k = 0; k < 2 + allowance; ++k) EXPECT_EQ(got[k], ref[0].tokens[k]) << k;
+    EXPECT_EQ(got[2 + allowance], r.think_end_id) << "scales " << scales;
+    EXPECT_EQ(c.forced, 1);
+  }
+  // An id outside the vocabulary is refused, naming the field.
+  r.think_end_id = static_cast<int32_t>(m.spec().vocab);
+  auto e = Engine::Create(m, EngineOptions{});
+  ASSERT_TRUE(e.ok());
+  auto bad = (*e)->AddRequest(r);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("thinking_token_budget"), std::string::npos);
+}
 }  // namespace
 }  // namespace fathom
