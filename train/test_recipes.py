@@ -193,6 +193,7 @@ def test_eval(fathom, work, ouro_f32, dense_f32, text_file):
     model, cfg = checkpoint.load(ouro_f32)
     with torch.no_grad():
         model.model.early_exit_gate.weight.copy_(torch.randn(1, cfg["hidden_size"], generator=torch.Generator().manual_seed(0)))
+        model.model.early_exit_gate.bias.zero_()
     m = os.path.join(work, "ouro_random_gate")
     checkpoint.export(model, m, "f32")
     for n in ("tokenizer.json", "tokenizer_config.json"):
@@ -231,7 +232,8 @@ def test_eval(fathom, work, ouro_f32, dense_f32, text_file):
                 check(f"{label}: fathom eval == reference.py --perplexity", e <= 1e-4, f"{fn:.6f} ({e:.1e})")
             else:
                 print(f"note {label}: fathom eval failed: {fe.stderr.strip()[:200]}", flush=True)
-    check("eval: the thresholds give different mean depths", len(depths_seen) >= 2, sorted(depths_seen))
+    check("eval: the thresholds give different mean depths, inside (1, 4)", len(depths_seen) >= 2
+          and all(1.05 < d < 3.95 for d in depths_seen), sorted(depths_seen))
 
 
 def main(argv=None):

@@ -8,8 +8,17 @@ A run directory holds everything (never in the repository): tokenizer/ (trained 
 train/bpe.py on the training text unless --tokenizer is given), train_ids.npy, state.pt (the
 resumable state: model, optimizer, step, stage; written every --ckpt-minutes and at the end),
 hf/ (the latest checkpoint as bf16 HF files + the tokenizer, loadable by fathom and
-tests/reference/reference.py; --export DIR also writes the final one to DIR in --export-dtype), log.csv, eval.csv and curve.png.  Re-running the same command
-resumes from state.pt.
+tests/reference/reference.py; --export DIR also writes the final one to DIR in
+--export-dtype), log.csv (every --log-every steps), log_gate.csv (stage 2), eval.csv (held-out
+CE at every checkpoint) and curve.png.  Re-running the same command resumes from state.pt;
+SIGTERM writes a checkpoint and exits.
+
+Recipes (sizes picked from a measured ~165-290 tokens/s of one shared core for the Ouro
+shape; RECIPES lists them): ouro-brown (hidden 256, 2 layers x 4 loop steps, 4 heads, MHA,
+intermediate 688, vocab 4096, context 256, 3.68M params), dense-brown (the same layers, no
+loop: the same parameters), dense4x-brown (8 layers: the same compute per token), lckv-w2-brown
+and lckv-half-brown (the 8-layer shape, w = 2 and w = 4 warmup layers); tiny-* are 32-wide
+versions for the CI check (train/test_recipes.py).
 
 Data: the Brown training split (train/data.py) unless --text-file; documents are encoded
 separately and joined with <|endoftext|>; the stream is cut into windows of seq_len + 1
@@ -22,6 +31,8 @@ Objectives
     (m = forward_passes without gradient, then b = backward_passes with; models.LCKV).
   ouro, stage 1 (Ouro paper): L = sum_t p_t CE_t - beta H(p), p_t = lambda_t prod_{j<t}(1-lambda_j)
     (the last step takes the rest), per token, averaged; gradients reach the LM and the gate.
+    beta = 0.5: with 0.05 the exit mass collapsed onto step 1 within 100 steps (mean depth
+    1.35, CE 6.47 at step 1 vs 7.14 at step 4), so the later steps stopped learning.
   ouro, stage 2 (--gate-steps): the LM is frozen, the gate alone learns, per token and step
     t < R, the target "exit" = 1 - sigmoid(k (I_t - gamma)) with I_t = CE_t - CE_{t+1} (the
     loss one more step would save), binary cross-entropy on lambda_t (k = 50, gamma = 0.005).
