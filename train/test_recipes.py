@@ -189,21 +189,26 @@ def reference_ppl(model, ids, extra, out_dir):
 
 
 def test_eval(fathom, work, ouro_f32, dense_f32, text_file):
-    # a gate with random weights, so that exits at a threshold land at every depth
+    # a random gate, scaled and centred on this text's states so that exits land at every depth
+    # (a trained-for-3-steps model's states share one large common direction)
     model, cfg = checkpoint.load(ouro_f32)
+    with open(text_file) as f:
+        text = f.read()[:400]  # reference.py --perplexity is slow: a few windows
+    ids = bpe.Encoder(ouro_f32).encode(text)
     with torch.no_grad():
-        model.model.early_exit_gate.weight.copy_(torch.randn(1, cfg["hidden_size"], generator=torch.Generator().manual_seed(0)))
-        model.model.early_exit_gate.bias.zero_()
+        H = torch.cat([h[0] for h in model.states(torch.tensor([ids[:32]]))])  # [R*32, E]
+        w = torch.randn(cfg["hidden_size"], generator=torch.Generator().manual_seed(0))
+        z = H @ w
+        w = w * (2.0 / z.std())
+        model.model.early_exit_gate.weight.copy_(w[None])
+        model.model.early_exit_gate.bias.fill_(-float((H @ w).mean()))
     m = os.path.join(work, "ouro_random_gate")
     checkpoint.export(model, m, "f32")
     for n in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(ouro_f32, n), m)
-    with open(text_file) as f:
-        text = f.read()[:400]  # reference.py --perplexity is slow: a few windows
     tf = os.path.join(work, "eval.txt")
     with open(tf, "w") as f:
         f.write(text)
-    ids = bpe.Encoder(m).encode(text)
     ctx = "32"
     cases = [(m, ["--loops", "1"], ["--loops", "1"]), (m, [], []), (dense_f32, [], [])]
     for q in ("0.3", "0.6"):
