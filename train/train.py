@@ -101,7 +101,7 @@ def recipe(name, V):
     """(family, config, training settings) for a named recipe."""
     ctx = 256
     train = {"seq_len": ctx, "batch": 4, "lr": 2e-3, "min_lr_frac": 0.1, "warmup": 50, "weight_decay": 0.1,
-             "beta": 0.5, "gate_steps": 0, "gate_lr": 1e-3, "steps": 800}
+             "beta": 0.5, "gate_steps": 0, "gate_lr": 1e-3, "steps": 700}
     tiny = name.startswith("tiny-")
     if tiny:
         E, L, H, Hkv, I = 32, 2, 2, 1, 48
@@ -113,7 +113,7 @@ def recipe(name, V):
     if kind == "ouro":
         cfg = config_for("ouro", E, L, H, Hkv, I, V, ctx)
         if not tiny:
-            train.update(gate_steps=200)
+            train.update(gate_steps=100)
     elif kind == "dense":  # the looped model's parameter count
         cfg = config_for("llama", E, L, H, Hkv, I, V, ctx)
     elif kind == "dense4x":  # the looped model's compute: 4x the layers
