@@ -279,6 +279,7 @@ void EngineLoop::UpdateMetrics() {
   m.reclaim_noticed = e.reclaim_noticed();
   m.deadline_misses = st.deadline_misses;
   m.deadline_hopeless = st.deadline_hopeless;
+  m.forced_think_ends = st.forced_think_ends;
   for (int t = 0; t < kNumServiceTiers; ++t) {
     const TierStats& ts = st.tier[t];
     const auto n = static_cast<double>(ts.decode_tokens);

@@ -102,10 +102,13 @@ class FrontServer : public httplib::Server {
   std::atomic<socket_t> stopped_sock_{INVALID_SOCKET};
 };
 
-ModelLimits WithServerLimits(ModelLimits l, const ServerOptions& o) {
+ModelLimits WithServerLimits(ModelLimits l, const ServerOptions& o, const Tokenizer& tok) {
+  l.think_start_id = tok.TokenToId("<think>").value_or(-1);
+  l.think_end_id = tok.TokenToId("</think>").value_or(-1);
   l.max_prompt_tokens = o.max_prompt_tokens;
   l.max_output_tokens = o.max_output_tokens;
   l.default_deadline_ms = o.default_deadline_ms;
+  l.default_thinking_budget = o.default_thinking_budget;
   return l;
 }
 
@@ -154,7 +157,7 @@ Result<std::string> ReadApiKeyFile(const std::string& path) {
 }
 
 HttpServer::HttpServer(const Tokenizer& tok, EngineLoop& loop, ModelLimits limits, ServerOptions opt)
-    : tok_(tok), loop_(loop), limits_(WithServerLimits(limits, opt)), opt_(std::move(opt)),
+    : tok_(tok), loop_(loop), limits_(WithServerLimits(limits, opt, tok)), opt_(std::move(opt)),
       http_(std::make_unique<FrontServer>()), seed_rng_(std::random_device{}()) {
   created_ = static_cast<int64_t>(std::time(nullptr));
   Routes();
@@ -302,7 +305,7 @@ std::optional<ApiError> HttpServer::PromptIds(Endpoint endpoint, const ApiReques
   }
   const ChatTemplate* tmpl = tok_.chat_template();
   if (!tmpl) return InvalidRequest("messages", "this model's tokenizer has no chat template");
-  auto text = tmpl->Render(ar.messages, /*add_generation_prompt=*/true);
+  auto text = tmpl->Render(ar.messages, /*add_generation_prompt=*/true, ar.enable_thinking);
   if (!text.ok()) return InvalidRequest("messages", text.status().message());
   // The rendered prompt holds its special tokens as text already.
   auto ids = tok_.Encode(*text, /*add_special_tokens=*/false);

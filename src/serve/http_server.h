@@ -66,6 +66,9 @@ struct ServerOptions {
   int64_t max_output_tokens = 0;
   // The deadline of a request that names none (deadline_ms); 0: none.
   int64_t default_deadline_ms = 0;
+  // The thinking allowance of a request that names none (thinking_token_budget), scaled by
+  // the budget b; -1: none. Needs <think> / </think> in the tokenizer.
+  int64_t default_thinking_budget = -1;
 };
 
 // Whether `got` equals `want`, in a time that depends only on want's length: an API key

@@ -150,6 +150,9 @@ std::string RenderPrometheus(const MetricsSnapshot& m) {
   w.Family("deadline_hopeless_total", "counter",
            "Requests with a deadline found unmeetable even at b = 0 (still served; kept out of b).");
   w.Sample("deadline_hopeless_total", "", m.deadline_hopeless);
+  w.Family("forced_thinking_ends_total", "counter",
+           "End-of-thinking tokens forced by a thinking budget (thinking_token_budget or the server's default).");
+  w.Sample("forced_thinking_ends_total", "", m.forced_think_ends);
   return std::move(w.out());
 }
 

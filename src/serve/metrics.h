@@ -48,6 +48,7 @@ struct MetricsSnapshot {
   int64_t tier_requests[3] = {}, tier_tokens[3] = {}, tier_deadline_misses[3] = {};
   double tier_mean_exit_depth[3] = {}, tier_mean_budget[3] = {};
   int64_t deadline_misses = 0, deadline_hopeless = 0;
+  int64_t forced_think_ends = 0;  // end-of-thinking tokens forced by a thinking budget
   bool reclaim_noticed = false;
 };
 

@@ -283,6 +283,13 @@ std::optional<ApiError> ParseBudgetFields(const json& j, ApiRequest* out) {
   n.reset();
   if (auto e = GetInt(j, "thinking_token_budget", 0, INT32_MAX, &n)) return e;
   out->thinking_token_budget = n;
+  if (const json* k = Field(j, "chat_template_kwargs")) {
+    if (!k->is_object()) return WrongType("chat_template_kwargs", "an object", *k);
+    if (const auto it = k->find("enable_thinking"); it != k->end() && !it->is_null()) {
+      if (!it->is_boolean()) return WrongType("chat_template_kwargs.enable_thinking", "a boolean", *it);
+      out->enable_thinking = it->get<bool>();
+    }
+  }
   return std::nullopt;
 }
 
@@ -432,8 +439,18 @@ std::optional<ApiError> BuildRequestSpec(const ApiRequest& req, std::vector<int3
     r.exit.threshold = *req.exit_threshold;
   }
   if (req.min_loops) r.exit.min_depth = *req.min_loops;
-  if (req.thinking_token_budget)
-    return InvalidRequest("thinking_token_budget", "'thinking_token_budget' is not implemented yet (reasoning stop)");
+  const bool can_think = limits.think_start_id >= 0 && limits.think_end_id >= 0;
+  if (req.thinking_token_budget) {
+    if (!can_think)
+      return InvalidRequest("thinking_token_budget",
+                            "'thinking_token_budget' needs <think> and </think> tokens; this model's tokenizer has none");
+    r.thinking_budget = static_cast<int32_t>(*req.thinking_token_budget);
+  } else if (can_think && limits.default_thinking_budget >= 0) {
+    r.thinking_budget = static_cast<int32_t>(limits.default_thinking_budget);
+    r.thinking_scales = true;  // the server's default shrinks with b
+  }
+  r.think_start_id = limits.think_start_id;
+  r.think_end_id = limits.think_end_id;
   r.budget = req.budget;
   r.tier = req.service_tier;
   const int64_t deadline_ms = req.deadline_ms ? *req.deadline_ms : limits.default_deadline_ms;

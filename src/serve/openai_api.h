@@ -61,12 +61,14 @@ struct ApiRequest {
   int32_t max_loops = 0;              // 0: the engine's depth
   std::optional<int32_t> min_loops;
   // The budget (issue 14): `deadline_ms` from arrival, a fixed `budget` in [0, 1], OpenAI's
-  // `service_tier` ("auto" is "default"), vLLM's `thinking_token_budget` (parsed and
-  // validated; reasoning stop is not implemented yet, so a request with it gets a 400).
+  // `service_tier` ("auto" is "default"), vLLM's `thinking_token_budget` (the reasoning
+  // stop: that many tokens after <think>, then </think> is forced), and
+  // `chat_template_kwargs.enable_thinking` (Qwen 3's template switch; chat only).
   std::optional<int64_t> deadline_ms;
   std::optional<double> budget;
   ServiceTier service_tier = ServiceTier::kDefault;
   std::optional<int64_t> thinking_token_budget;
+  bool enable_thinking = true;
 };
 
 // Parses and validates a request body. On error returns it (400, naming the field).
@@ -94,6 +96,11 @@ struct ModelLimits {
   int64_t max_prompt_tokens = 0;
   int64_t max_output_tokens = 0;
   int64_t default_deadline_ms = 0;  // --default-deadline-ms: for requests with none; 0: none
+  // The reasoning stop: the tokenizer's <think> and </think> ids (-1: none, and a request
+  // with thinking_token_budget is a 400), and --default-thinking-budget, the allowance of
+  // a request without one, scaled by the budget b its tokens run under (-1: none).
+  int32_t think_start_id = -1, think_end_id = -1;
+  int64_t default_thinking_budget = -1;
 };
 // The limits of `engine` serving `model` (its KV depth, the model's positions).
 ModelLimits LimitsOf(const Model& model, const Engine& engine);

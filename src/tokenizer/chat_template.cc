@@ -208,7 +208,7 @@ std::string_view ChatTemplate::FormatName() const {
 }
 
 Result<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
-                                         bool add_generation_prompt) const {
+                                         bool add_generation_prompt, bool enable_thinking) const {
   if (format_ == Format::kUnknown) {
     return Status::Error("chat template not recognised (fathom renders ChatML, Llama 3, Huginn, Llama 2 and "
                          "Zephyr templates natively): \"" + source_head_ + "...\"");
@@ -268,8 +268,10 @@ Result<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& message
       }
       out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
     }
-    // Qwen 3 with thinking enabled (its default) adds nothing after the header.
+    // Qwen 3 with thinking enabled (its default) adds nothing after the header; disabled,
+    // an empty thinking block.
     if (gen) out += "<|im_start|>assistant\n";
+    if (gen && qwen3_reasoning_ && !enable_thinking) out += "<think>\n\n</think>\n\n";
     return out;
   }
 

@@ -29,7 +29,7 @@
 // header); Llama 3's and Huginn's trimmed contents and bos before the first turn, Llama
 // 3.1's dated system header (the template's default date; fathom has no strftime_now);
 // a template without an add_generation_prompt test (the original Llama 3 one) always gets
-// the generation prompt. Tools, tool calls and enable_thinking=false are not rendered.
+// the generation prompt. Tools and tool calls are not rendered.
 // A template in none of these formats is an error when it is used, naming the template's
 // first characters, never a silently wrong prompt.
 #pragma once
@@ -60,9 +60,11 @@ class ChatTemplate {
   Format format() const { return format_; }
   std::string_view FormatName() const;  // "chatml", "llama3", "huginn", "llama2", "zephyr", "unknown"
   // The prompt text (special tokens as text; encode with add_special_tokens=false).
-  // Errors: unknown format, no messages, an empty role.
+  // Errors: unknown format, no messages, an empty role. `enable_thinking` false: Qwen 3's
+  // template switch (an empty <think></think> block after the generation prompt, so the
+  // model answers without thinking); other templates ignore it, as Jinja would.
   Result<std::string> Render(const std::vector<ChatMessage>& messages,
-                             bool add_generation_prompt) const;
+                             bool add_generation_prompt, bool enable_thinking = true) const;
 
  private:
   Format format_ = Format::kUnknown;

@@ -68,12 +68,43 @@ TEST(BudgetApi, FieldsReachTheEngineRequest) {
   ASSERT_FALSE(BuildRequestSpec(r, {1, 2}, l, {}, 1, &spec).has_value());
   EXPECT_DOUBLE_EQ(spec.deadline_s, 1.5);  // the request's own wins
 
-  // Reasoning stop is not implemented: the field parses, then is refused by name.
+  // The reasoning stop needs the tokenizer's <think> and </think>: without them the field
+  // is refused by name; with them it is the request's allowance, fixed; a request without
+  // one gets the server's default, scaled by b.
   ApiRequest t;
   ASSERT_FALSE(ParseApiRequest(Endpoint::kCompletions, R"({"prompt": "a", "thinking_token_budget": 64})", &t));
   auto e = BuildRequestSpec(t, {1, 2}, Limits(), {}, 1, &spec);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->param, "thinking_token_budget");
+  ModelLimits th = Limits();
+  th.think_start_id = 5, th.think_end_id = 6;
+  ASSERT_FALSE(BuildRequestSpec(t, {1, 2}, th, {}, 1, &spec).has_value());
+  EXPECT_EQ(spec.thinking_budget, 64);
+  EXPECT_FALSE(spec.thinking_scales);
+  EXPECT_EQ(spec.think_start_id, 5);
+  EXPECT_EQ(spec.think_end_id, 6);
+  ASSERT_FALSE(BuildRequestSpec(d, {1, 2}, th, {}, 1, &spec).has_value());
+  EXPECT_EQ(spec.thinking_budget, -1);  // no server default
+  th.default_thinking_budget = 100;
+  ASSERT_FALSE(BuildRequestSpec(d, {1, 2}, th, {}, 1, &spec).has_value());
+  EXPECT_EQ(spec.thinking_budget, 100);
+  EXPECT_TRUE(spec.thinking_scales);
+  ASSERT_FALSE(BuildRequestSpec(t, {1, 2}, th, {}, 1, &spec).has_value());
+  EXPECT_EQ(spec.thinking_budget, 64);  // the request's own wins, unscaled
+  EXPECT_FALSE(spec.thinking_scales);
+}
+
+TEST(BudgetApi, ChatTemplateKwargs) {
+  ApiRequest r;
+  ASSERT_FALSE(ParseApiRequest(Endpoint::kChatCompletions,
+                               R"({"messages": [{"role": "user", "content": "a"}],
+                                   "chat_template_kwargs": {"enable_thinking": false, "other": 1}})",
+                               &r));
+  EXPECT_FALSE(r.enable_thinking);
+  ASSERT_FALSE(ParseApiRequest(Endpoint::kChatCompletions, R"({"messages": [{"role": "user", "content": "a"}]})", &r));
+  EXPECT_TRUE(r.enable_thinking);
+  ExpectBad(R"({"prompt": "a", "chat_template_kwargs": [1]})", "chat_template_kwargs");
+  ExpectBad(R"({"prompt": "a", "chat_template_kwargs": {"enable_thinking": 1}})", "chat_template_kwargs.enable_thinking");
 }
 
 TEST(BudgetApi, ResponsesCarryTheMeanBudget) {

@@ -32,6 +32,7 @@ struct ServeArgs {
           read_timeout_s = kDefaults.read_timeout_ms / 1000, request_timeout_s = kDefaults.request_timeout_ms / 1000,
           max_prompt_tokens = kDefaults.max_prompt_tokens, max_output_tokens = kDefaults.max_output_tokens;
   int64_t default_deadline_ms = kDefaults.default_deadline_ms;
+  int64_t default_thinking_budget = kDefaults.default_thinking_budget;
   bool budget_control = false;
   EngineFlags engine{kServeEngineFlags};
 
@@ -63,6 +64,9 @@ struct ServeArgs {
           dflt(max_output_tokens), 0, 1 << 30);
     f.Int("--default-deadline-ms", &default_deadline_ms,
           "deadline of a request without deadline_ms; 0: none" + dflt(default_deadline_ms), 0, int64_t{1} << 40);
+    f.Int("--default-thinking-budget", &default_thinking_budget,
+          "thinking tokens of a request without thinking_token_budget, times its budget b, then </think>"
+          " is forced; -1: none" + dflt(default_thinking_budget), -1, INT32_MAX);
     f.Bool("--budget-control", &budget_control,
            "recompute the compute budget b every step from deadlines, queue, KV and reclaim notices (issue 14)");
     f.Require("--model");
@@ -94,6 +98,7 @@ int Serve(const ServeArgs& a, const sigset_t& sigs, const Model& model, const To
   sopt.max_prompt_tokens = a.max_prompt_tokens;
   sopt.max_output_tokens = a.max_output_tokens;
   sopt.default_deadline_ms = a.default_deadline_ms;
+  sopt.default_thinking_budget = a.default_thinking_budget;
   serve::HttpServer server(tok, loop, limits, sopt);
   if (Status s = server.Bind(); !s.ok()) return Fail("serve", s.message(), 1);
   std::printf("fathom serve: listening on http://%s:%d (model '%s', scheduler %s)\n", a.host.c_str(), server.port(),
