@@ -42,7 +42,10 @@ Result<Times> DecodeStep(const Model& model, int32_t batch, int64_t context, int
   // A block's K and V rows are one stride apart from the next block's: one memset touches
   // the whole pool before timing.
   std::memset(pool.k_data(), 0, pool.bytes_total());
-  StageRunner runner(model, *kv, batch);
+  RunLimits limits;  // batch items at position `context`
+  limits.max_rows = batch;
+  limits.max_context = context + 1;
+  StageRunner runner(model, *kv, batch, limits);
   std::vector<DecodeItem> items(static_cast<size_t>(batch));
   for (int32_t b = 0; b < batch; ++b) {
     const auto seq = kv->AddSequence(context);
@@ -77,7 +80,10 @@ Result<Times> PrefillTime(const Model& model, const KvCapacityOptions& opt) {
   const int64_t blocks = table.num_physical_layers() * ((n + opt.block_size - 1) / opt.block_size);
   FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, 1, KvLayout::kLastExited, 1, blocks, opt.block_size,
                                                  opt.kv_dtype));
-  StageRunner runner(model, *kv, 1);
+  RunLimits limits;  // one prompt in prefill_chunk pieces
+  limits.max_rows = std::max<int64_t>(1, std::min(opt.prefill_chunk, n));
+  limits.max_context = n;
+  StageRunner runner(model, *kv, 1, limits);
   const KvManager::SeqId seq = kv->AddSequence(n);
   if (!kv->Grow(seq, n)) return Status::Error("internal: KV pool too small for the prompt");
   runner.AddSequence(seq, 1);

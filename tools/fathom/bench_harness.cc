@@ -31,7 +31,10 @@ Result<BatchDecodeResult> RunBatchDecode(const Model& model, int32_t batch, int6
   const int32_t block = 16;
   const int64_t per_seq = table.num_physical_layers() * ((prompt + gen + block - 1) / block + 1);
   FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, r, layout, 1, per_seq * batch, block, kv_dtype));
-  StageRunner runner(model, *kv, batch);
+  RunLimits limits;  // prefill calls of whole prompts up to prefill_tokens, then batch items
+  limits.max_rows = std::max<int64_t>({batch, prompt, std::min(prefill_tokens, batch * prompt)});
+  limits.max_context = prompt + gen;
+  StageRunner runner(model, *kv, batch, limits);
   std::vector<KvManager::SeqId> seqs;
   std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
   for (int32_t b = 0; b < batch; ++b) {
@@ -119,7 +122,10 @@ Result<StepLatency> MeasureCoreStep(const Model& model, int32_t batch, int64_t c
   // The cache's contents do not change the cost; zeros stand in for a prefilled context.
   BlockPool& pool = kv->pool();
   std::memset(pool.k_data(), 0, pool.bytes_total());
-  StageRunner runner(model, *kv, batch);
+  RunLimits limits;  // batch items at position `context`
+  limits.max_rows = batch;
+  limits.max_context = context + 1;
+  StageRunner runner(model, *kv, batch, limits);
   std::vector<DecodeItem> items(static_cast<size_t>(batch));
   for (int32_t b = 0; b < batch; ++b) {
     const auto seq = kv->AddSequence(context);
