@@ -23,7 +23,7 @@ double LowBudget(const BudgetBenchOptions& opt) {
 double LoadWindow(const BudgetBenchOptions& opt) { return opt.warm_s + opt.burst_s + opt.after_s; }
 
 double ReclaimAfter(const BudgetBenchOptions& opt) {
-  return opt.reclaim_after_s >= 0 ? opt.reclaim_after_s : opt.warm_s + opt.burst_s / 3;
+  return opt.reclaim_after_s >= 0 ? opt.reclaim_after_s : 0.75 * opt.warm_s;
 }
 
 // Requests of the workload's shapes (outputs cut to max_output) with the bench's exit rule.
@@ -89,6 +89,16 @@ struct LoadLoop {
       if (e.finish != FinishReason::kNone) o.finish = t;
     }
   }
+  // Every request still running is past its deadline: the rest of the run changes no
+  // result (they count as misses), so it ends there. Checked once a second.
+  bool AllLost(double t) {
+    if (t - last_lost_check < 1) return false;
+    last_lost_check = t;
+    for (const RequestOutcome& o : run.requests)
+      if (o.finish < 0 && t <= o.arrival + o.deadline) return false;
+    return true;
+  }
+  double last_lost_check = 0;
   double PolicyB() const {
     return policy == BudgetPolicy::kController ? engine.budget().b
            : policy == BudgetPolicy::kLow      ? LowBudget(opt)
@@ -176,15 +186,43 @@ Result<Calibration> Calibrate(const Model& model, const BudgetBenchOptions& opt)
   ProgressOptions quiet;
   quiet.enabled = false;
   FATHOM_RETURN_IF_ERROR(RunWorkload(model, eo, warm, {}, "warm-up", quiet).status());
-  FATHOM_ASSIGN_OR_RETURN(RunResult res, RunWorkload(model, eo, reqs, {}, "calibration", quiet));
+  // Closed loop: `width` requests in flight, the next added as one finishes, so that every
+  // prompt is prefilled among running decodes as it is under arrivals (a workload queued
+  // at t = 0 prefills its prompts in a few large steps, and with more requests than slots
+  // its per-token times count the wait for a slot).
+  FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(model, eo));
+  std::vector<double> first(reqs.size(), -1), finish(reqs.size(), -1);
+  std::vector<int64_t> tokens(reqs.size(), 0);
+  std::vector<size_t> index_of;
+  const auto t0 = Clock::now();
+  auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  size_t next = 0;
+  int64_t in_flight = 0, done = 0;
+  while (done < n) {
+    for (; in_flight < eo.width && next < reqs.size(); ++next, ++in_flight) {
+      FATHOM_ASSIGN_OR_RETURN(RequestId id, engine->AddRequest(reqs[next]));
+      if (static_cast<size_t>(id) >= index_of.size()) index_of.resize(static_cast<size_t>(id) + 1);
+      index_of[static_cast<size_t>(id)] = next;
+    }
+    FATHOM_RETURN_IF_ERROR(engine->Step());
+    const double t = now();
+    for (const TokenEvent& e : engine->events()) {
+      const size_t i = index_of[static_cast<size_t>(e.req)];
+      if (e.token >= 0 && tokens[i]++ == 0) first[i] = t;
+      if (e.finish != FinishReason::kNone) finish[i] = t, --in_flight, ++done;
+    }
+  }
   Calibration c;
   c.requests = n;
-  c.wall_s = res.wall_seconds;
-  c.rate = static_cast<double>(n) / res.wall_seconds;
-  c.tokens_per_s = res.output_tok_s();
+  c.wall_s = now();
+  c.rate = static_cast<double>(n) / c.wall_s;
+  int64_t all = 0;
   std::vector<double> tpot;
-  for (const RequestTiming& t : res.requests)
-    if (t.output_tokens > 1) tpot.push_back((t.finish - t.first_token) / static_cast<double>(t.output_tokens - 1));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    all += tokens[i];
+    if (tokens[i] > 1) tpot.push_back((finish[i] - first[i]) / static_cast<double>(tokens[i] - 1));
+  }
+  c.tokens_per_s = static_cast<double>(all) / c.wall_s;
   c.tpot_s = Median(tpot);
   if (!(c.tpot_s > 0)) return Status::Error("calibration: no request produced two tokens");
   return c;
@@ -244,6 +282,7 @@ Result<PolicyRun> RunBudgetPolicy(const Model& model, const BudgetBenchOptions& 
       std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.0, std::min(until, end) - t)));
       continue;
     }
+    if (next >= load.size() && reclaim_after < 0 && loop.AllLost(t)) break;
     FATHOM_RETURN_IF_ERROR(engine->Step());
     const double te = loop.Now();
     loop.Record(te);
@@ -310,7 +349,7 @@ Result<json> RunBudgetBench(const Model& model, const BudgetBenchOptions& opt) {
   json out;
   double rate = opt.rate * opt.load, tpot = opt.tpot_s;
   if (opt.rate <= 0 || opt.tpot_s <= 0) {
-    if (opt.progress) std::fprintf(stderr, "calibrating (full depth, requests queued at t = 0)\n");
+    if (opt.progress) std::fprintf(stderr, "calibrating (full depth, a closed loop of width requests)\n");
     FATHOM_ASSIGN_OR_RETURN(Calibration c, Calibrate(model, opt));
     out["calibration"] = {{"requests", c.requests}, {"wall_s", c.wall_s}, {"rate", c.rate},
                           {"tpot_s", c.tpot_s}, {"tokens_per_s", c.tokens_per_s}};

@@ -2,9 +2,10 @@
 // the engine in this process, on the wall clock (no simulated time), that asks whether the
 // budget controller turns a load spike into shallower tokens instead of missed deadlines.
 //
-//   calibrate  a warm-up, then `calib_requests` requests queued at t = 0 at full depth: the
-//              rate the engine sustains (requests per second) and the full-depth TPOT (the
-//              median of each request's (finish - first token) / (tokens - 1)).
+//   calibrate  a warm-up, then `calib_requests` requests at full depth in a closed loop
+//              (`width` in flight, the next added as one finishes): the rate the engine
+//              sustains (requests per second) and the full-depth TPOT (the median of each
+//              request's (finish - first token) / (tokens - 1)).
 //   load       Poisson arrivals at load x that rate for warm_s, burst_factor x it for
 //              burst_s, the base rate again for after_s; then the queue drains. Every
 //              request has a deadline of deadline_factor x its output length x the TPOT.
@@ -14,7 +15,8 @@
 //                controller  EngineOptions::budget_control, b clamped to the tier's range
 //              Per policy: deadline misses (all requests and those arriving in the burst),
 //              goodput (requests that met their deadline per second of the load window,
-//              warm_s + burst_s + after_s, the same denominator for every policy), p50 and
+//              warm_s + burst_s + after_s, the same denominator for every policy; a run
+//              ends once every request still running is past its deadline), p50 and
 //              p99 latency (finish - scheduled arrival), mean exit depth and mean b of
 //              decode tokens, and a timeline in bins of bin_s: the controller's b, the mean
 //              b and depth of the tokens that ended in the bin, waiting and running
@@ -58,7 +60,7 @@ struct BudgetBenchOptions {
   double tpot_s = 0;                        // the deadlines' TPOT; 0: calibrated
   double low_budget = -1;                   // < 0: the tier's b_min
   bool reclaim = true;
-  double reclaim_s = 10, reclaim_after_s = -1;  // < 0: warm_s + burst_s / 3
+  double reclaim_s = 10, reclaim_after_s = -1;  // < 0: 0.75 x warm_s (at the base rate)
   int64_t calib_requests = 0;               // 0: 4 x width
   double bin_s = 1;
   uint64_t seed = 0;

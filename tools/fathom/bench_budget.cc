@@ -23,8 +23,8 @@ constexpr const char* kUsage =
     "                    [--no-reclaim] [--out FILE] [--json] [--quiet]";
 constexpr const char* kDescription =
     "Open-loop load against the engine in this process, on the wall clock: Poisson arrivals at\n"
-    "--load x the rate the engine sustains at full depth (measured first: requests queued at\n"
-    "t = 0), --burst-factor x that rate for --burst seconds, then the base rate again; every\n"
+    "--load x the rate the engine sustains at full depth (measured first: a closed loop of\n"
+    "--width requests in flight), --burst-factor x that rate for --burst seconds, then the base rate again; every\n"
     "request's deadline is --deadline-factor x its output length x the full-depth TPOT. The\n"
     "same load runs with every token at b = 1 (full), at the fixed --low-budget (low; default\n"
     "the tier's b_min) and under the budget controller: deadline misses, goodput, p50/p99\n"
@@ -59,7 +59,7 @@ struct BudgetArgs {
     f.Double("--deadline-factor", &o.deadline_factor, "deadline = F x output tokens x TPOT (default 20)", 1e-3, 1e6);
     f.Double("--tpot-ms", &tpot_ms, "the deadlines' TPOT in ms (default: calibrated)", 0, 1e6);
     f.Double("--low-budget", &o.low_budget, "the low policy's fixed b (default: the tier's b_min)", 0, 1);
-    f.Double("--reclaim-at", &o.reclaim_after_s, "seconds into the load of the reclaim notice (default warm + burst/3)",
+    f.Double("--reclaim-at", &o.reclaim_after_s, "seconds into the load of the reclaim notice (default 0.75 x warm)",
              0, 86400);
     f.Double("--reclaim-s", &o.reclaim_s, "seconds the notice gives (default 10)", 1e-3, 86400);
     f.Bool("--no-reclaim", &no_reclaim, "skip the reclaim runs");
