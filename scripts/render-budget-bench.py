@@ -4,7 +4,8 @@
 usage: /usr/bin/python3 scripts/render-budget-bench.py REPORT.json OUT_PREFIX
 
 Writes OUT_PREFIX-timeline.png: per policy, b (the controller's, per 1 s bin) and the mean
-exit depth of the tokens that ended in each bin over time, the waiting queue under it, the
+exit depth of the tokens that ended in each bin over time, the requests in flight (waiting
+and running) under it, the
 burst shaded. Matplotlib comes with Debian's python (/usr/bin/python3).
 """
 import json
@@ -38,14 +39,15 @@ def main():
         c = colors.get(p, None)
         ax_b.plot(*series(run, "b"), color=c, label=p)
         ax_d.plot(*series(run, "depth"), color=c, label=p)
-        ax_q.plot(*series(run, "waiting"), color=c, label=p)
+        tl = run["timeline"]
+        ax_q.plot(tl["t"], [w + r for w, r in zip(tl["waiting"], tl["running"])], color=c, label=p)
     for ax in axes:
         ax.axvspan(b0, b1, color="0.9", zorder=0)
         ax.grid(alpha=0.3)
     ax_b.set_ylabel("budget b (mean per 1 s)")
     ax_b.set_ylim(-0.05, 1.05)
     ax_d.set_ylabel("mean exit depth")
-    ax_q.set_ylabel("waiting requests")
+    ax_q.set_ylabel("requests in flight")
     ax_q.set_xlabel("seconds (burst shaded)")
     ax_b.legend(loc="lower left")
     ax_b.set_title("%s: base %.2f req/s, burst %.2f req/s, deadline %gx output x TPOT %.0f ms"

@@ -115,13 +115,14 @@ struct LoadLoop {
   }
 };
 
-// "Bins of the after window all at mean b >= 0.99" from this many seconds after the burst.
+// "Every bin with steps from here to the run's end at mean b >= 0.99" from this many
+// seconds after the burst (-1: the last such bin is low).
 double Recovery(const PolicyRun& run, const BudgetBenchOptions& opt) {
-  const double end_burst = opt.warm_s + opt.burst_s, end = LoadWindow(opt);
+  const double end_burst = opt.warm_s + opt.burst_s;
   double from = -1;
   for (size_t i = 0; i < run.bins.size(); ++i) {
     const double t = static_cast<double>(i) * opt.bin_s;
-    if (t < end_burst || t + opt.bin_s > end) continue;
+    if (t < end_burst) continue;
     const BudgetBin& b = run.bins[i];
     const bool low = b.steps > 0 && b.b_sum / static_cast<double>(b.steps) < 0.99;
     if (low) from = -1;
@@ -322,6 +323,14 @@ json LoadReport(const PolicyRun& run, const BudgetBenchOptions& opt) {
           {"deadline_hopeless", st.deadline_hopeless},
           {"wall_s", run.wall_s},
           {"steps", st.steps},
+          {"stage_seconds", {{"prefill", st.stage[static_cast<int>(Stage::kPrefill)].seconds},
+                             {"prelude", st.stage[static_cast<int>(Stage::kPrelude)].seconds},
+                             {"core", st.stage[static_cast<int>(Stage::kCore)].seconds},
+                             {"coda", st.stage[static_cast<int>(Stage::kCoda)].seconds}}},
+          {"stage_runs", {{"prefill", st.stage[static_cast<int>(Stage::kPrefill)].runs},
+                          {"prelude", st.stage[static_cast<int>(Stage::kPrelude)].runs},
+                          {"core", st.stage[static_cast<int>(Stage::kCore)].runs},
+                          {"coda", st.stage[static_cast<int>(Stage::kCoda)].runs}}},
           {"b_recovery_s", Recovery(run, opt)},
           {"timeline", Timeline(run, opt)}};
 }

@@ -27,7 +27,7 @@ TEST(BudgetBenchReport, MissesGoodputAndRecoveryFromHandMadeRuns) {
   run.policy = bench::BudgetPolicy::kController;
   // Met (1 s of 2), missed (3 s of 2, in the burst), never finished (in the burst), met.
   run.requests = {{0.5, 2, 1.5, 4, false}, {2.5, 2, 5.5, 4, true}, {3.0, 2, -1, 0, true}, {6.0, 2, 7.0, 4, false}};
-  // b per 1 s bin: 1 1 0.5 0.5 0.8 1 1 1; the after window is [4, 8): recovered from 5 s.
+  // b per 1 s bin: 1 1 0.5 0.5 0.8 1 1 1; the burst ends at 4 s: recovered from 5 s.
   for (double b : {1.0, 1.0, 0.5, 0.5, 0.8, 1.0, 1.0, 1.0}) {
     bench::BudgetBin bin;
     bin.steps = 2, bin.b_sum = 2 * b;
@@ -44,7 +44,7 @@ TEST(BudgetBenchReport, MissesGoodputAndRecoveryFromHandMadeRuns) {
   EXPECT_EQ(r["timeline"]["b"].size(), 8u);
   EXPECT_DOUBLE_EQ(r["timeline"]["b"][2].get<double>(), 0.5);
 
-  run.bins[7].b_sum = 1.0;  // the last bin low again: not recovered within the window
+  run.bins[7].b_sum = 1.0;  // the last bin low again: not recovered
   EXPECT_DOUBLE_EQ(bench::LoadReport(run, o)["b_recovery_s"].get<double>(), -1.0);
 
   bench::PolicyRun rc;
