@@ -406,5 +406,39 @@ TEST(ReasoningStop, StartsAtAGeneratedStartTokenAndScalesWithTheBudget) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("thinking_token_budget"), std::string::npos);
 }
+
+// Queue pressure counts the admitted requests beyond the decode slots: with KV to spare a
+// burst is prefilled at once and waits in the ready queue, not for prefill. With a queue
+// term that asks for b = 0 at any delay, b must be 0 while more requests run than there are
+// slots (once a finish has measured a drain rate), although none waits for prefill.
+TEST(BudgetEngine, QueuePressureCountsRequestsBeyondTheSlots) {
+  const Model& m = Tiny("ouro");
+  EngineOptions opt;
+  opt.budget_control = true;
+  opt.width = 2;
+  opt.max_depth = 4;
+  opt.prefill_budget = 4096;
+  opt.budget.queue_target_s = 0;
+  opt.budget.queue_full_s = 1e-9;
+  auto e = Engine::Create(m, opt);
+  ASSERT_TRUE(e.ok());
+  std::vector<RequestSpec> reqs = Requests(m.spec(), 8, 9);
+  for (size_t i = 0; i < reqs.size(); ++i) reqs[i].max_tokens = static_cast<int32_t>(2 + 3 * i);
+  for (const RequestSpec& r : reqs) ASSERT_TRUE((*e)->AddRequest(r).ok());
+  bool finished = false;
+  int checked = 0;
+  while ((*e)->HasWork()) {
+    const Scheduler& s = (*e)->scheduler();
+    const size_t running = s.ready().size() + s.looping().size() + s.exited().size();
+    const bool queued = finished && s.waiting().empty() && running > 2;
+    ASSERT_TRUE((*e)->Step().ok());  // decides b from the state above, then runs
+    if (queued) {
+      EXPECT_EQ((*e)->budget().queue, 0.0) << (*e)->budget().ToString();
+      ++checked;
+    }
+    for (const TokenEvent& ev : (*e)->events()) finished |= ev.finish != FinishReason::kNone;
+  }
+  EXPECT_GT(checked, 0);
+}
 }  // namespace
 }  // namespace fathom
