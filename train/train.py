@@ -296,6 +296,8 @@ def main(argv=None):
     ap.add_argument("--gate-steps", type=int, help="ouro stage-2 steps (override the recipe)")
     ap.add_argument("--batch", type=int)
     ap.add_argument("--beta", type=float, help="ouro stage-1 entropy weight (override the recipe)")
+    ap.add_argument("--embed-std", type=float, default=0.02,
+                    help="init std of the token embeddings (default 0.02, as every recipe's run so far)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--ckpt-minutes", type=float, default=10.0)
@@ -334,6 +336,8 @@ def main(argv=None):
             tr[k] = getattr(a, k)
     torch.manual_seed(a.seed)
     model = models.build(cfg)
+    if a.embed_std != 0.02:
+        torch.nn.init.normal_(model.model.embed_tokens.weight, 0.0, a.embed_std)
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(),
                             lr=tr["lr"], betas=(0.9, 0.95), weight_decay=tr["weight_decay"])
