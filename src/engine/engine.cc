@@ -206,7 +206,8 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
   for (const PrefillWork& c : plan.chunks) {
     Req& r = At(c.req);
     if (r.seq >= 0) continue;
-    r.seq = kv_->AddSequence(static_cast<int64_t>(r.spec.prompt.size()));
+    const auto prompt_len = static_cast<int64_t>(r.spec.prompt.size());
+    r.seq = kv_->AddSequence(prompt_len, prompt_len + r.spec.max_tokens);
     runner_->AddSequence(r.seq, r.loops);
   }
   for (const KvGrowth& g : plan.grow)

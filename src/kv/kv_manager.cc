@@ -22,12 +22,14 @@ KvManager::Seq& KvManager::Get(SeqId s) {
   return it->second;
 }
 
-KvManager::SeqId KvManager::AddSequence(int64_t prompt_len) {
+KvManager::SeqId KvManager::AddSequence(int64_t prompt_len, int64_t max_len) {
   FATHOM_CHECK_MSG(prompt_len >= 0, "prompt_len=" << prompt_len);
   const SeqId id = next_id_++;
   Seq& q = seqs_[id];
   q.prompt_len = prompt_len;
   q.blocks.resize(static_cast<size_t>(table_.num_physical_layers()));
+  const int64_t bs = block_size();
+  for (std::vector<int32_t>& blocks : q.blocks) blocks.reserve(static_cast<size_t>((max_len + bs - 1) / bs));
   return id;
 }
 
@@ -59,7 +61,8 @@ int64_t KvManager::BlocksNeeded(SeqId s, int64_t new_len) const {
 bool KvManager::Grow(SeqId s, int64_t new_len) {
   Seq& q = Get(s);
   if (new_len <= q.length) return true;
-  std::vector<int32_t> fresh;
+  std::vector<int32_t>& fresh = fresh_;  // reused: a growing sequence allocates no memory here
+  fresh.clear();
   if (!pool_.Allocate(BlocksNeeded(s, new_len), &fresh)) return false;
   // A layer's stored range only extends at its end (its start, 0 or prompt_len, is
   // fixed), so the new blocks are [old end, new end), or the whole new range if the

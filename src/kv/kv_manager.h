@@ -35,8 +35,10 @@ class KvManager {
             int64_t row_floats, DType dtype = DType::kF32);
 
   // Registers a sequence whose first prompt_len positions are prompt tokens. Takes no
-  // memory yet. Ids are never reused.
-  SeqId AddSequence(int64_t prompt_len);
+  // blocks yet. Ids are never reused. max_len, when the caller knows it (prompt +
+  // max_tokens), reserves the block tables for that many positions so that Grow up to it
+  // allocates no memory (the engine's steady decode loop; tests/alloc).
+  SeqId AddSequence(int64_t prompt_len, int64_t max_len = 0);
   // Makes positions [0, new_len) writable in every physical layer that stores them.
   // All-or-nothing: returns false, changing nothing, if the pool lacks blocks.
   // new_len <= length(s) is a no-op (sequences never shrink).
@@ -101,6 +103,7 @@ class KvManager {
 
   KvLayerTable table_;
   BlockPool pool_;
+  std::vector<int32_t> fresh_;  // Grow's newly allocated block ids, kept for its capacity
   std::unordered_map<SeqId, Seq> seqs_;
   SeqId next_id_ = 0;
 };

@@ -68,6 +68,10 @@ Result<RequestId> Scheduler::AddRequest(SchedRequest r) {
   const auto id = static_cast<RequestId>(num_requests());
   Req q;
   q.spec = std::move(r);
+  // The output lists take every token the request can emit now, so that the steady decode
+  // loop allocates nothing (tests/alloc); max_tokens is bounded by the KV pool above.
+  q.tokens.reserve(static_cast<size_t>(q.spec.max_tokens));
+  q.depths.reserve(static_cast<size_t>(q.spec.max_tokens));
   q.arrival = id;
   q.queue = Req::Queue::kWaiting;
   reqs_.Add(std::move(q));
