@@ -10,6 +10,7 @@
 // Primitives depend on M, so they are created on first use per M (up to kMaxChunkRows; larger
 // M is split into chunks) against the one packed layout chosen at Create. At M <= 2 with
 // bf16 weights the AVX512-BF16 GEMV in gemv_bf16.cc streams the same packed buffer faster.
+// WeightFormat::kInt8 bypasses oneDNN altogether: Int8Weights (matmul_int8.h) for every M.
 #include "kernels/matmul.h"
 
 #include <immintrin.h>
@@ -23,6 +24,7 @@
 
 #include "core/check.h"
 #include "kernels/gemv_bf16.h"
+#include "kernels/matmul_int8.h"
 
 namespace fathom {
 namespace {
@@ -138,6 +140,10 @@ struct LinearPrim {
 struct Linear::Impl {
   int64_t k = 0, n = 0;
   DType dtype = DType::kF32;  // of the checkpoint
+  WeightFormat format = WeightFormat::kCheckpoint;
+  // kInt8: the quantized weights and the f32 bias [N] (empty: none); nothing below is used.
+  Int8Weights int8;
+  std::vector<float> int8_bias;
   mdt compute = mdt::f32;     // of src and weights in the matmul
   memory::desc packed_md;     // weights [K, N] in oneDNN's layout
   memory weights;             // packed weights, owned (allocated by oneDNN)
@@ -263,24 +269,44 @@ std::vector<uint8_t> ConcatPlain(const std::vector<TensorView>& weights, bool to
   return out;
 }
 
+// The biases concatenated along N as f32 [N], zeros where a part has none; empty when no
+// part has a bias.
+std::vector<float> ConcatBias(const std::vector<TensorView>& parts,
+                              const std::vector<const TensorView*>& biases) {
+  bool any_bias = false;
+  for (const TensorView* b : biases) any_bias |= b != nullptr;
+  if (!any_bias) return {};
+  size_t n = 0;
+  for (const TensorView& w : parts) n += static_cast<size_t>(w.shape[0]);
+  std::vector<float> out(n, 0.f);
+  float* dst = out.data();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto rows = static_cast<size_t>(parts[i].shape[0]);
+    if (biases[i]) ConvertToF32(biases[i]->dtype, biases[i]->data, dst, rows);
+    dst += rows;
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string_view WeightFormatName(WeightFormat f) {
+  return f == WeightFormat::kInt8 ? "int8" : "checkpoint";
+}
+
+std::optional<WeightFormat> ParseWeightFormat(std::string_view name) {
+  if (name == "checkpoint") return WeightFormat::kCheckpoint;
+  if (name == "int8") return WeightFormat::kInt8;
+  return std::nullopt;
+}
 
 // bias: [1, N] f32, zeros where a part has none; left empty when no part has a bias.
 void Linear::Impl::SetBias(const std::vector<TensorView>& parts,
                            const std::vector<const TensorView*>& biases) {
-  bool any_bias = false;
-  for (const TensorView* b : biases) any_bias |= b != nullptr;
-  if (!any_bias) return;
+  const std::vector<float> b = ConcatBias(parts, biases);
+  if (b.empty()) return;
   bias = memory({{1, n}, mdt::f32, mtag::ab}, CpuEngine());
-  auto* dst = static_cast<float*>(bias.get_data_handle());
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const auto rows = static_cast<size_t>(parts[i].shape[0]);
-    if (biases[i])
-      ConvertToF32(biases[i]->dtype, biases[i]->data, dst, rows);
-    else
-      std::fill(dst, dst + rows, 0.f);
-    dst += rows;
-  }
+  std::memcpy(bias.get_data_handle(), b.data(), b.size() * sizeof(float));
 }
 
 // Asks oneDNN for its weights layout in `compute`, then reorders the parts into it, in
@@ -297,12 +323,23 @@ void Linear::Impl::Prepack(const std::vector<TensorView>& parts) {
 }
 
 Result<Linear> Linear::Create(const std::vector<TensorView>& weights,
-                              const std::vector<const TensorView*>& biases) {
+                              const std::vector<const TensorView*>& biases, WeightFormat format) {
   FATHOM_RETURN_IF_ERROR(ValidateParts(weights, biases));
   auto impl = std::make_unique<Impl>();
   impl->k = weights[0].shape[1];
   for (const TensorView& w : weights) impl->n += w.shape[0];
   impl->dtype = weights[0].dtype;
+  impl->format = format;
+  if (format == WeightFormat::kInt8) {
+    const std::vector<uint8_t> plain = ConcatPlain(weights, /*to_f32=*/true);
+    auto q = Int8Weights::Quantize(reinterpret_cast<const float*>(plain.data()), impl->n, impl->k);
+    if (!q.ok()) return q.status().WithContext("Linear");
+    impl->int8 = std::move(*q);
+    impl->int8_bias = ConcatBias(weights, biases);
+    Linear out;
+    out.impl_ = std::move(impl);
+    return out;
+  }
   impl->compute = impl->dtype == DType::kBF16 ? mdt::bf16 : mdt::f32;
   try {
     impl->SetBias(weights, biases);
@@ -335,12 +372,22 @@ Linear::~Linear() = default;
 int64_t Linear::in_features() const { return impl_ ? impl_->k : 0; }
 int64_t Linear::out_features() const { return impl_ ? impl_->n : 0; }
 DType Linear::weight_dtype() const { return impl_ ? impl_->dtype : DType::kF32; }
+WeightFormat Linear::weight_format() const {
+  return impl_ ? impl_->format : WeightFormat::kCheckpoint;
+}
 DType Linear::compute_dtype() const {
   return impl_ && impl_->compute == mdt::bf16 ? DType::kBF16 : DType::kF32;
 }
-size_t Linear::weight_bytes() const { return impl_ ? impl_->packed_md.get_size() : 0; }
+size_t Linear::weight_bytes() const {
+  if (!impl_) return 0;
+  return impl_->format == WeightFormat::kInt8 ? impl_->int8.bytes() : impl_->packed_md.get_size();
+}
 
 void Linear::ForwardRounded(const float* x, int64_t m, float* y) const {
+  if (impl_->format == WeightFormat::kInt8) {
+    impl_->int8.Matmul(x, m, impl_->int8_bias.empty() ? nullptr : impl_->int8_bias.data(), y);
+    return;
+  }
   if (impl_->use_gemv && m <= internal::kGemvMaxRows && internal::GemvEnabled()) {
     impl_->RunGemv(x, m, y);
     return;

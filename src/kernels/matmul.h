@@ -5,10 +5,16 @@
 // q|k|v or gate|up projections), so one call streams them all. The fast path keeps the
 // weights prepacked in oneDNN's own blocked layout in memory we allocate (which also keeps
 // hot weights out of the page cache's reach); activations are f32 in and out.
+//
+// WeightFormat::kInt8 instead quantizes W at Create to int8 with one scale per output channel
+// (matmul_int8.h) and keeps only that: a quarter of f32's bytes, half of bf16's; every
+// Forward runs the int8 kernel (dequantization in registers, f32 accumulation).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -16,13 +22,24 @@
 
 namespace fathom {
 
+// How a Linear stores its weights.
+enum class WeightFormat : uint8_t {
+  kCheckpoint,  // the checkpoint's dtype (f16 as f32), prepacked for oneDNN: exact weights
+  kInt8,        // int8, per-output-channel scales, quantized at Create (matmul_int8.h)
+};
+// The CLI spelling: "checkpoint", "int8".
+std::string_view WeightFormatName(WeightFormat f);
+std::optional<WeightFormat> ParseWeightFormat(std::string_view name);
+
 class Linear {
  public:
   // `weights`: one or more [N_i, K] tensors with the same K and dtype, concatenated along N.
   // `biases`: empty, or one entry per weight (nullptr where that part has no bias), [N_i].
-  // Errors name the offending index and shapes.
+  // With kInt8 the parts are quantized as one [N, K] matrix (scales are per row, so this is
+  // the same as quantizing each part alone). Errors name the offending index and shapes.
   static Result<Linear> Create(const std::vector<TensorView>& weights,
-                               const std::vector<const TensorView*>& biases = {});
+                               const std::vector<const TensorView*>& biases = {},
+                               WeightFormat format = WeightFormat::kCheckpoint);
 
   Linear();
   Linear(Linear&&) noexcept;
@@ -31,17 +48,20 @@ class Linear {
 
   int64_t in_features() const;   // K
   int64_t out_features() const;  // N (sum of the parts)
-  DType weight_dtype() const;
+  DType weight_dtype() const;    // of the checkpoint
+  WeightFormat weight_format() const;
   // What the matmul runs in: kBF16 for bf16 weights (x is rounded to bf16 per call) where
-  // the CPU supports it, else kF32 (f16 weights always, bf16 on CPUs without AVX-512).
+  // the CPU supports it, else kF32 (f16 weights always, bf16 on CPUs without AVX-512, and
+  // int8 weights: x stays f32, the weights are dequantized to f32 in registers).
   DType compute_dtype() const;
-  size_t weight_bytes() const;   // bytes of W streamed by one Forward
+  // Bytes of W streamed by one Forward (kInt8: the int8 weights and their f32 scales).
+  size_t weight_bytes() const;
 
   // x: [m, K] f32 row-major; y: [m, N] f32 row-major. Not reentrant (one caller at a time);
   // parallel inside over the process's OpenMP threads.
   void Forward(const float* x, int64_t m, float* y) const;
 
-  // bf16 weights only: run x as hi + lo bf16 parts (two passes over W), so activations
+  // bf16 weights in kCheckpoint format only: run x as hi + lo bf16 parts (two passes over W), so activations
   // keep about 16 mantissa bits instead of 8. For reference checks of deep (looped)
   // models, where bf16 activation rounding compounds; twice the cost. Off by default.
   void set_split_bf16_activations(bool on) { split_bf16_ = on; }
