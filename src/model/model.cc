@@ -25,7 +25,8 @@ class TensorSource {
     return v.ToF32();
   }
   Result<Linear> MakeLinear(const std::vector<std::string>& names,
-                            const std::vector<std::string>& bias_names = {}) const {
+                            const std::vector<std::string>& bias_names = {},
+                            WeightFormat format = WeightFormat::kCheckpoint) const {
     std::vector<TensorView> ws;
     std::vector<TensorView> bs;
     for (const std::string& n : names) {
@@ -38,7 +39,7 @@ class TensorSource {
     }
     std::vector<const TensorView*> bias_ptrs;
     for (const TensorView& b : bs) bias_ptrs.push_back(&b);
-    auto lin = Linear::Create(ws, bias_ptrs);
+    auto lin = Linear::Create(ws, bias_ptrs, format);
     if (!lin.ok()) return lin.status().WithContext(dir_ + ": tensor '" + names[0] + "'");
     return lin;
   }
@@ -81,7 +82,8 @@ Status CheckTensors(const ModelSpec& spec, const Checkpoint& ckpt) {
   return Status::Ok();
 }
 
-Result<LayerWeights> LoadLayer(const ModelSpec& spec, const LayerNames& n, const TensorSource& src) {
+Result<LayerWeights> LoadLayer(const ModelSpec& spec, const LayerNames& n, const TensorSource& src,
+                               WeightFormat format) {
   LayerWeights w;
   FATHOM_ASSIGN_OR_RETURN(w.attn_in_norm, src.F32(n.attn_in_norm));
   FATHOM_ASSIGN_OR_RETURN(w.attn_out_norm, src.F32(n.attn_out_norm));
@@ -89,7 +91,7 @@ Result<LayerWeights> LoadLayer(const ModelSpec& spec, const LayerNames& n, const
   FATHOM_ASSIGN_OR_RETURN(w.mlp_in_norm, src.F32(n.mlp_in_norm));
   FATHOM_ASSIGN_OR_RETURN(w.mlp_out_norm, src.F32(n.mlp_out_norm));
   FATHOM_ASSIGN_OR_RETURN(w.mlp_post_norm, src.F32(n.mlp_post_norm));
-  FATHOM_ASSIGN_OR_RETURN(w.qkv, src.MakeLinear(n.qkv, n.qkv_bias));
+  FATHOM_ASSIGN_OR_RETURN(w.qkv, src.MakeLinear(n.qkv, n.qkv_bias, format));
   FATHOM_ASSIGN_OR_RETURN(w.q_norm, src.F32(n.q_norm));
   FATHOM_ASSIGN_OR_RETURN(w.k_norm, src.F32(n.k_norm));
   if (!n.qk_bias.empty()) {
@@ -102,9 +104,9 @@ Result<LayerWeights> LoadLayer(const ModelSpec& spec, const LayerNames& n, const
       return Status::Error("tensor '" + n.qk_bias + "': qk_bias needs as many key/value heads " +
                            "as attention heads");
   }
-  FATHOM_ASSIGN_OR_RETURN(w.o, src.MakeLinear({n.o_proj}));
-  FATHOM_ASSIGN_OR_RETURN(w.gate_up, src.MakeLinear(n.gate_up));
-  FATHOM_ASSIGN_OR_RETURN(w.down, src.MakeLinear({n.down}));
+  FATHOM_ASSIGN_OR_RETURN(w.o, src.MakeLinear({n.o_proj}, {}, format));
+  FATHOM_ASSIGN_OR_RETURN(w.gate_up, src.MakeLinear(n.gate_up, {}, format));
+  FATHOM_ASSIGN_OR_RETURN(w.down, src.MakeLinear({n.down}, {}, format));
   return w;
 }
 
@@ -123,14 +125,15 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOpt
   ModelWeights& w = m->weights_;
   FATHOM_ASSIGN_OR_RETURN(w.embed, src.Get(spec.embed_name));
   for (const LayerSpec& l : spec.layers) {
-    FATHOM_ASSIGN_OR_RETURN(LayerWeights lw, LoadLayer(spec, l.names, src));
+    FATHOM_ASSIGN_OR_RETURN(LayerWeights lw, LoadLayer(spec, l.names, src, opt.weights));
     w.layers.push_back(std::move(lw));
   }
   FATHOM_ASSIGN_OR_RETURN(w.final_norm, src.F32(spec.final_norm_name));
+  // The LM head stays in the checkpoint's dtype whatever opt.weights says (model.h).
   FATHOM_ASSIGN_OR_RETURN(
       w.lm_head, src.MakeLinear({spec.tie_embeddings ? spec.embed_name : spec.lm_head_name}));
   if (!spec.loop.adapter.empty()) {
-    FATHOM_ASSIGN_OR_RETURN(w.adapter, src.MakeLinear({spec.loop.adapter}));
+    FATHOM_ASSIGN_OR_RETURN(w.adapter, src.MakeLinear({spec.loop.adapter}, {}, opt.weights));
   }
   if (!spec.loop.exit_gate.empty()) {
     FATHOM_ASSIGN_OR_RETURN(w.exit_gate, src.F32(spec.loop.exit_gate));
@@ -142,6 +145,13 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOpt
       for (Linear* lin : {&l.qkv, &l.o, &l.gate_up, &l.down}) lin->set_split_bf16_activations(true);
     w.lm_head.set_split_bf16_activations(true);
     w.adapter.set_split_bf16_activations(true);
+  }
+  if (opt.batch_invariant) {
+    std::vector<Linear*> all = {&w.lm_head};
+    if (!spec.loop.adapter.empty()) all.push_back(&w.adapter);
+    for (LayerWeights& l : w.layers)
+      for (Linear* lin : {&l.qkv, &l.o, &l.gate_up, &l.down}) all.push_back(lin);
+    for (Linear* lin : all) FATHOM_RETURN_IF_ERROR(lin->MakeBatchInvariant().WithContext(dir));
   }
   m->rope_ = RopeTable(spec.head_dim, spec.rope_theta, std::min<int64_t>(spec.max_positions, 65536));
   return m;

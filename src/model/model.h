@@ -3,9 +3,10 @@
 //
 // Loading checks the checkpoint against the family's declared tensors (family.h): a missing
 // tensor, an unexpected one, or a wrong shape is an error naming the file, the tensor and
-// expected versus found. Matmul weights are prepacked into memory fathom owns (matmul.h);
-// norms and small vectors are converted to f32. The embedding table stays memory-mapped
-// (a decode step touches one row of it).
+// expected versus found. Matmul weights are prepacked into memory fathom owns (matmul.h),
+// in the checkpoint's dtype or, with LoadOptions::weights = kInt8, quantized to int8 per
+// output channel; norms and small vectors are converted to f32. The embedding table stays
+// memory-mapped (a decode step touches one row of it).
 #pragma once
 
 #include <memory>
@@ -43,9 +44,19 @@ struct ModelWeights {
 };
 
 struct LoadOptions {
+  // Format of the per-layer matmuls (qkv, o, gate_up, down) and of Huginn's adapter.
+  // The LM head and the embedding always stay in the checkpoint's dtype: the head is one
+  // matmul per token against the whole vocabulary, where int8 error lands directly on the
+  // logits, and the embedding is read one row per token.
+  WeightFormat weights = WeightFormat::kCheckpoint;
   // Run bf16 matmuls with activations split into two bf16 parts (see Linear): slower,
   // for reference checks of deep looped models in bf16.
   bool split_bf16_activations = false;
+  // Every matmul, the LM head included, through the batch-invariant f32 kernel
+  // (Linear::MakeBatchInvariant): batched generation then equals generating alone bit for
+  // bit, whatever else shares a step (`--batch-invariant`). Off: oneDNN, faster at large M,
+  // whose per-M kernels can move a row's logits in the last bits with the batch around it.
+  bool batch_invariant = false;
 };
 
 class Model {

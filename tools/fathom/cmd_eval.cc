@@ -24,6 +24,7 @@ void EvalCommon::Declare(FlagSet& flags) {
             2, 1 << 24);
   flags.Int("--batch", &batch, "windows evaluated side by side (default " + std::to_string(batch) + ")", 1, 4096);
   engine.Declare(flags);
+  DeclareWeights(flags, &weights);
   DeclareThreads(flags, &threads);
   flags.Require("--model");
 }
@@ -32,12 +33,18 @@ Status EvalCommon::CheckInput(const FlagSet& flags) const {
   const bool text = flags.Seen("--text-file"), ids = flags.Seen("--ids-file");
   if (text == ids) return Status::Error("give exactly one of --text-file and --ids-file");
   if (ids && no_special) return Status::Error("--no-special applies to --text-file only");
-  return Status::Ok();
+  return ParseWeightsFlag(weights).status();
 }
 
 Result<std::vector<int32_t>> EvalCommon::Ids() const {
   if (!ids_file.empty()) return ReadIdsFile(ids_file);
   return ReadTextIds(model_dir, text_file, !no_special);
+}
+
+Result<std::unique_ptr<Model>> EvalCommon::LoadModel() const {
+  LoadOptions load;
+  FATHOM_ASSIGN_OR_RETURN(load.weights, ParseWeightsFlag(weights));
+  return Model::Load(model_dir, load);
 }
 
 Result<PerplexityOptions> EvalCommon::Options() const {
@@ -182,7 +189,7 @@ int RunEval(const std::vector<std::string>& args) {
 
   auto ids = common.Ids();
   if (!ids.ok()) return Fail("eval", ids.status().message(), 1);
-  auto model = Model::Load(common.model_dir);
+  auto model = common.LoadModel();
   if (!model.ok()) return Fail("eval", model.status().message(), 1);
   auto res = EvaluatePerplexity(**model, *ids, *opt);
   if (!res.ok()) return Fail("eval", res.status().message(), 1);

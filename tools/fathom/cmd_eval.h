@@ -16,20 +16,23 @@ namespace fathom::cli {
 
 struct EvalCommon {
   std::string model_dir, text_file, ids_file;
+  std::string weights{WeightFormatName(LoadOptions{}.weights)};
   int64_t context = 0, batch = PerplexityOptions{}.batch, threads = 0;
   bool no_special = false;
   // The engine options that change what a token computes or what it costs in KV.
   EngineFlags engine{kFlagLayout | kFlagSharedAfter | kFlagLookahead | kFlagKvDtype};
 
   // --model, --text-file, --ids-file, --no-special, --context, --batch, the engine flags,
-  // --threads.
+  // --weights, --threads.
   void Declare(FlagSet& flags);
-  // After parsing: errors for a missing or doubled input flag.
+  // After parsing: errors for a missing or doubled input flag, or a bad --weights.
   Status CheckInput(const FlagSet& flags) const;
   // The ids to score; errors name the flag and the file.
   Result<std::vector<int32_t>> Ids() const;
   // PerplexityOptions with the engine flags, context and batch applied.
   Result<PerplexityOptions> Options() const;
+  // The model loaded from --model with --weights; errors name the flag or the checkpoint.
+  Result<std::unique_ptr<Model>> LoadModel() const;
 };
 
 // Every number of a result with the settings that produced it.

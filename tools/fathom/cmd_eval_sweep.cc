@@ -199,7 +199,7 @@ int RunEvalSweep(const std::vector<std::string>& args) {
 
   auto ids = common.Ids();
   if (!ids.ok()) return Fail("eval sweep", ids.status().message(), 1);
-  auto model = Model::Load(common.model_dir);
+  auto model = common.LoadModel();
   if (!model.ok()) return Fail("eval sweep", model.status().message(), 1);
   WarmUp(**model, *ids, rows->front().opt);
   for (SweepRow& row : *rows) {

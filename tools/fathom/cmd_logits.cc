@@ -22,6 +22,7 @@ Result<std::optional<uint64_t>> ParseInitState(const std::string& v) {
 int RunLogits(const std::vector<std::string>& args) {
   std::string model_dir, ids_text, out_path, init = "zero", precision = "fast";
   std::string kv_dtype{KvDtypeName(PromptOptions{}.kv_dtype)};
+  std::string weights{WeightFormatName(LoadOptions{}.weights)};
   int64_t loops = 0;
   FlagSet flags("fathom logits",
                 "fathom logits --model DIR --ids 1,2,3 [--loops R] [--init-state zero|seed:N] --out FILE",
@@ -37,6 +38,7 @@ int RunLogits(const std::vector<std::string>& args) {
                "bf16 matmuls: fast (activations rounded to bf16, default) or accurate (split into\n"
                "      two bf16 parts: about 16 mantissa bits, twice the cost)");
   DeclareKvDtype(flags, &kv_dtype);
+  DeclareWeights(flags, &weights);
   for (const char* r : {"--model", "--ids", "--out"}) flags.Require(r);
   if (Status s = flags.Parse(args); !s.ok()) return Fail("logits", s.message(), 2);
   if (flags.help_requested()) {
@@ -51,8 +53,11 @@ int RunLogits(const std::vector<std::string>& args) {
     return Fail("logits", "--precision: expected fast or accurate, found '" + precision + "'", 2);
   auto kv = ParseKvDtypeFlag(kv_dtype);
   if (!kv.ok()) return Fail("logits", kv.status().message(), 2);
+  auto weight_format = ParseWeightsFlag(weights);
+  if (!weight_format.ok()) return Fail("logits", weight_format.status().message(), 2);
   LoadOptions load;
   load.split_bf16_activations = precision == "accurate";
+  load.weights = *weight_format;
   auto model = Model::Load(model_dir, load);
   if (!model.ok()) return Fail("logits", model.status().message(), 1);
   const ModelSpec& spec = (*model)->spec();

@@ -84,6 +84,19 @@ Result<DType> ParseKvDtypeFlag(const std::string& name) {
   return *t;
 }
 
+void DeclareWeights(FlagSet& flags, std::string* name) {
+  flags.String("--weights", name,
+               "matmul weights of the layers: checkpoint (the checkpoint's dtype, exact) or int8 "
+               "(quantized at load per output channel, about half of bf16's bytes); the LM head and "
+               "embedding stay in the checkpoint's dtype (default " + *name + ")");
+}
+
+Result<WeightFormat> ParseWeightsFlag(const std::string& name) {
+  const std::optional<WeightFormat> f = ParseWeightFormat(name);
+  if (!f) return Status::Error("--weights: '" + name + "' is not checkpoint or int8");
+  return *f;
+}
+
 void DeclareLookahead(FlagSet& flags, bool* lookahead) {
   flags.Bool("--lookahead", lookahead,
              "exit decided after loop step r takes effect after step r+1 (minimum depth " +

@@ -20,6 +20,7 @@
 #include "engine/engine.h"
 #include "exec/exit_spec.h"
 #include "flags.h"
+#include "kernels/matmul.h"
 
 namespace fathom::cli {
 
@@ -95,6 +96,13 @@ std::string MinDepthHelp();
 // After parsing: the default when --min-depth was not given, else an error message when
 // the given depth is one the gate cannot produce (empty when fine).
 std::string ResolveMinDepth(const FlagSet& flags, bool lookahead, int64_t* min_depth);
+
+// --weights checkpoint|int8: the format of the per-layer matmul weights (LoadOptions::weights,
+// src/model/model.h; the LM head and the embedding keep the checkpoint's dtype). *name holds
+// the default ("checkpoint") on entry. ParseWeightsFlag: the format, or an error naming the
+// flag and the bad value.
+void DeclareWeights(FlagSet& flags, std::string* name);
+Result<WeightFormat> ParseWeightsFlag(const std::string& name);
 
 // --threads N, OpenMP's worker threads; *threads holds the command's default on entry
 // (0: all cores, OpenMP's own default). ApplyThreads sets them (0: leaves OpenMP's).
