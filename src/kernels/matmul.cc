@@ -25,6 +25,7 @@
 #include "core/check.h"
 #include "kernels/gemv_bf16.h"
 #include "kernels/matmul_int8.h"
+#include "kernels/matmul_row_invariant.h"
 
 namespace fathom {
 namespace {
@@ -144,6 +145,9 @@ struct Linear::Impl {
   // kInt8: the quantized weights and the f32 bias [N] (empty: none); nothing below is used.
   Int8Weights int8;
   std::vector<float> int8_bias;
+  // MakeBatchInvariant: W [N, K] f32 and the bias [N] (empty: none) for
+  // MatmulF32RowInvariant; oneDNN's copy below is freed.
+  std::vector<float> invariant_w, invariant_bias;
   mdt compute = mdt::f32;     // of src and weights in the matmul
   memory::desc packed_md;     // weights [K, N] in oneDNN's layout
   memory weights;             // packed weights, owned (allocated by oneDNN)
@@ -380,10 +384,48 @@ DType Linear::compute_dtype() const {
 }
 size_t Linear::weight_bytes() const {
   if (!impl_) return 0;
-  return impl_->format == WeightFormat::kInt8 ? impl_->int8.bytes() : impl_->packed_md.get_size();
+  if (impl_->format == WeightFormat::kInt8) return impl_->int8.bytes();
+  if (!impl_->invariant_w.empty()) return impl_->invariant_w.size() * sizeof(float);
+  return impl_->packed_md.get_size();
+}
+
+Status Linear::MakeBatchInvariant() {
+  if (!impl_) return Status::Ok();  // an absent matmul (e.g. no adapter): nothing to run
+  Impl& p = *impl_;
+  if (p.format == WeightFormat::kInt8 || !p.invariant_w.empty()) return Status::Ok();
+  try {
+    // The packed weights back to plain [N, K] ("ba" of the [K, N] matrix), in f32.
+    p.invariant_w.assign(static_cast<size_t>(p.n * p.k), 0.f);
+    memory plain({{p.k, p.n}, mdt::f32, mtag::ba}, CpuEngine(), p.invariant_w.data());
+    dnnl::reorder(p.weights, plain).execute(ThreadStream(), p.weights, plain);
+    ThreadStream().wait();
+  } catch (const dnnl::error& e) {
+    p.invariant_w.clear();
+    return Status::Error("Linear: cannot unpack K=" + std::to_string(p.k) + " N=" +
+                         std::to_string(p.n) + " weights for the batch-invariant kernel: " + e.what());
+  }
+  if (p.bias) {
+    const auto* b = static_cast<const float*>(p.bias.get_data_handle());
+    p.invariant_bias.assign(b, b + p.n);
+  }
+  p.weights = memory();
+  p.bias = memory();
+  p.use_gemv = false;
+  p.compute = mdt::f32;  // x is no longer rounded: set_split_bf16_activations has no work
+  p.prims.clear();
+  return Status::Ok();
+}
+
+bool Linear::batch_invariant() const {
+  return impl_ && (impl_->format == WeightFormat::kInt8 || !impl_->invariant_w.empty());
 }
 
 void Linear::ForwardRounded(const float* x, int64_t m, float* y) const {
+  if (!impl_->invariant_w.empty()) {
+    internal::MatmulF32RowInvariant(x, m, impl_->k, impl_->invariant_w.data(), impl_->n,
+                                    impl_->invariant_bias.empty() ? nullptr : impl_->invariant_bias.data(), y);
+    return;
+  }
   if (impl_->format == WeightFormat::kInt8) {
     impl_->int8.Matmul(x, m, impl_->int8_bias.empty() ? nullptr : impl_->int8_bias.data(), y);
     return;

@@ -66,6 +66,14 @@ class Linear {
   // models, where bf16 activation rounding compounds; twice the cost. Off by default.
   void set_split_bf16_activations(bool on) { split_bf16_ = on; }
 
+  // From now on run every Forward through the batch-invariant f32 kernel
+  // (matmul_row_invariant.h): a row's result no longer depends on the other rows of the call,
+  // which oneDNN's M-dependent kernels do not promise. The weights are unpacked to plain f32
+  // [N, K] (bf16 and f16 exactly) and oneDNN's copy is freed. Int8 weights are row-invariant
+  // already and stay as they are. Slower than oneDNN at large M.
+  Status MakeBatchInvariant();
+  bool batch_invariant() const;
+
  private:
   void ForwardRounded(const float* x, int64_t m, float* y) const;
 
