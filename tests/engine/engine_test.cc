@@ -357,12 +357,14 @@ TEST(Cli, GenerateRequestsMatchesSingleRequestGeneration) {
                "{\"id\": \"r3\", \"prompt_ids\": [7], \"max_tokens\": 4, \"exit_trace\": [2, 3]}\n", f);
     std::fclose(f);
   }
+  // Every run --batch-invariant: the batched and the alone runs then agree bit for bit
+  // (README, "--batch-invariant"), not only where no two logits nearly tie.
   // r2 (a threshold exit) generated alone, with the default (no lookahead gate) and with
   // --lookahead: the same flag gives the same exit depths on both paths.
   std::map<bool, nlohmann::json> alone_r2;
   for (bool lookahead : {false, true}) {
     const auto one = testing::RunCommand(testing::FathomBinary() + " generate --model " + (dir / "model") +
-                                         " --prompt-ids 4,5 --max-tokens 5 --exit-threshold 0.5 --threads 1 --json" +
+                                         " --prompt-ids 4,5 --max-tokens 5 --exit-threshold 0.5 --threads 1 --batch-invariant --json" +
                                          (lookahead ? " --lookahead" : ""));
     ASSERT_EQ(one.exit_code, 0) << one.output;
     alone_r2[lookahead] = nlohmann::json::parse(one.output);
@@ -372,7 +374,7 @@ TEST(Cli, GenerateRequestsMatchesSingleRequestGeneration) {
   for (const std::string sched : {"cb", "cdb-norefill", "cdb-refill", "cdb-refill --lookahead"}) {
     const auto res = testing::RunCommand(testing::FathomBinary() + " generate --model " + (dir / "model") +
                                          " --requests " + (dir / "req.jsonl") + " --scheduler " + sched +
-                                         " --k 2 --width 2 --threads 1 --json");
+                                         " --k 2 --width 2 --threads 1 --batch-invariant --json");
     ASSERT_EQ(res.exit_code, 0) << res.output;
     const auto j = nlohmann::json::parse(res.output);
     if (sched != "cb") {
@@ -389,7 +391,7 @@ TEST(Cli, GenerateRequestsMatchesSingleRequestGeneration) {
     EXPECT_TRUE(j["summary"].contains("mean_batch_size"));
     // r1 (no exits) equals single-request generation.
     const auto one = testing::RunCommand(testing::FathomBinary() + " generate --model " + (dir / "model") +
-                                         " --prompt-ids 1,2,3 --max-tokens 6 --loops 4 --threads 1 --json");
+                                         " --prompt-ids 1,2,3 --max-tokens 6 --loops 4 --threads 1 --batch-invariant --json");
     ASSERT_EQ(one.exit_code, 0) << one.output;
     EXPECT_EQ(nlohmann::json::parse(one.output)["output_ids"], j["requests"][0]["output_ids"]);
   }
@@ -399,7 +401,7 @@ TEST(Cli, GenerateRequestsMatchesSingleRequestGeneration) {
     std::fclose(f);
   }
   const auto bad = testing::RunCommand(testing::FathomBinary() + " generate --model " + (dir / "model") +
-                                       " --requests " + (dir / "bad.jsonl") + " --threads 1");
+                                       " --requests " + (dir / "bad.jsonl") + " --threads 1 --batch-invariant");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("line 2: field 'max_tokens'"), std::string::npos) << bad.output;
 }

@@ -18,7 +18,7 @@ namespace {
 // The flags of `bench decode`; --layout comes from EngineFlags (the engine's default).
 struct DecodeArgs {
   std::string model_dir, batch_text = "1";
-  std::string weights{WeightFormatName(LoadOptions{}.weights)};
+  LoadFlags load;
   int64_t prompt = 128, gen = 128, threads = 2, loops = 0, prefill_tokens = 512;
   bool json = false;
   EngineFlags engine{kFlagLayout | kFlagKvDtype};
@@ -32,7 +32,7 @@ struct DecodeArgs {
     f.Int("--loops", &loops, "loop steps of a looped model (default: the model's)", 1, 4096);
     f.Int("--prefill-tokens", &prefill_tokens, "tokens per prefill call (default 512)", 1, 1 << 20);
     engine.Declare(f);
-    DeclareWeights(f, &weights);
+    load.Declare(f);
     f.Bool("--json", &json, "print one JSON object");
     f.Require("--model");
   }
@@ -85,7 +85,7 @@ void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, in
                         {"generated_tokens", a.gen},
                         {"layout", std::string(KvLayoutName(o.layout))},
                         {"kv_dtype", std::string(KvDtypeName(o.kv_dtype))},
-                        {"weights", a.weights},
+                        {"weights", a.load.weights}, {"batch_invariant", a.load.batch_invariant},
                         {"weight_bytes_per_step", bytes_per_step},
                         {"bandwidth_read_gbs", std::max(runs.before.read_gbs, runs.after.read_gbs)},
                         {"bandwidth_copy_gbs", std::max(runs.before.copy_gbs, runs.after.copy_gbs)},
@@ -97,7 +97,7 @@ void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, in
   std::printf("model %s (%s), loops %d, %lld threads, prompt %lld, gen %lld, KV %s, weights %s %.1f MB per step\n",
               a.model_dir.c_str(), m.spec().model_type.c_str(), r, static_cast<long long>(a.threads),
               static_cast<long long>(a.prompt), static_cast<long long>(a.gen), KvDtypeName(o.kv_dtype).data(),
-              a.weights.c_str(), bytes_per_step / 1e6);
+              a.load.weights.c_str(), bytes_per_step / 1e6);
   std::printf("memory bandwidth (best of read/copy/triad, before and after): %.1f GB/s\n", bw);
   std::printf("%6s %12s %12s %12s %10s %8s\n", "batch", "prompt tok/s", "decode tok/s", "step ms",
               "weight GB/s", "of bw");
@@ -113,7 +113,7 @@ int RunBenchDecode(const std::vector<std::string>& args) {
   DecodeArgs a;
   FlagSet flags("fathom bench decode",
                 "fathom bench decode --model DIR [--batch 1,4,16,64] [--prompt 128 --gen 128 --threads 2]\n"
-                "                    [--loops R] [--layout NAME] [--weights checkpoint|int8] [--json]",
+                "                    [--loops R] [--layout NAME] [--weights checkpoint|int8] [--batch-invariant] [--json]",
                 "For each batch size B: B sequences of --prompt tokens are prefilled, then decode\n"
                 "--gen tokens each in lockstep (every token at full depth). Reports prompt and\n"
                 "decode tokens/s, and the decode step's weight bytes per second as a fraction of\n"
@@ -130,12 +130,10 @@ int RunBenchDecode(const std::vector<std::string>& args) {
     if (b < 1 || b > 4096) return Fail(cmd, "--batch: " + std::to_string(b) + " is outside [1, 4096]", 2);
   auto opt = a.engine.Options();
   if (!opt.ok()) return Fail(cmd, opt.status().message(), 2);
-  auto weights = ParseWeightsFlag(a.weights);
-  if (!weights.ok()) return Fail(cmd, weights.status().message(), 2);
-  LoadOptions load;
-  load.weights = *weights;
+  auto load = a.load.Options();
+  if (!load.ok()) return Fail(cmd, load.status().message(), 2);
   ApplyThreads(a.threads);
-  auto model = Model::Load(a.model_dir, load);
+  auto model = Model::Load(a.model_dir, *load);
   if (!model.ok()) return Fail(cmd, model.status().message(), 1);
   auto r = ResolveLoops((*model)->spec(), static_cast<int32_t>(a.loops));
   if (!r.ok()) return Fail(cmd, "--" + r.status().message(), 2);

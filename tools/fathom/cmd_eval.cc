@@ -24,7 +24,7 @@ void EvalCommon::Declare(FlagSet& flags) {
             2, 1 << 24);
   flags.Int("--batch", &batch, "windows evaluated side by side (default " + std::to_string(batch) + ")", 1, 4096);
   engine.Declare(flags);
-  DeclareWeights(flags, &weights);
+  load.Declare(flags);
   DeclareThreads(flags, &threads);
   flags.Require("--model");
 }
@@ -33,7 +33,7 @@ Status EvalCommon::CheckInput(const FlagSet& flags) const {
   const bool text = flags.Seen("--text-file"), ids = flags.Seen("--ids-file");
   if (text == ids) return Status::Error("give exactly one of --text-file and --ids-file");
   if (ids && no_special) return Status::Error("--no-special applies to --text-file only");
-  return ParseWeightsFlag(weights).status();
+  return load.Options().status();
 }
 
 Result<std::vector<int32_t>> EvalCommon::Ids() const {
@@ -42,9 +42,8 @@ Result<std::vector<int32_t>> EvalCommon::Ids() const {
 }
 
 Result<std::unique_ptr<Model>> EvalCommon::LoadModel() const {
-  LoadOptions load;
-  FATHOM_ASSIGN_OR_RETURN(load.weights, ParseWeightsFlag(weights));
-  return Model::Load(model_dir, load);
+  FATHOM_ASSIGN_OR_RETURN(LoadOptions options, load.Options());
+  return Model::Load(model_dir, options);
 }
 
 Result<PerplexityOptions> EvalCommon::Options() const {

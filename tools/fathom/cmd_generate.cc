@@ -37,7 +37,7 @@ Result<ExitCriterion> ParseCriterion(const std::string& v) {
 struct GenerateFlags {
   std::string model_dir, prompt_ids, prompt, init = "zero", criterion = "auto", color = "auto";
   std::string kv_dtype{KvDtypeName(GenerateOptions{}.kv_dtype)};
-  std::string weights{WeightFormatName(LoadOptions{}.weights)};
+  LoadFlags load;
   int64_t max_tokens = 16, loops = 0, top_k = 0, seed = 0, threads = 0;
   double exit_threshold = -1, temperature = 0, top_p = 1;
   bool json = false, ignore_eos = false, lookahead = false;
@@ -53,7 +53,7 @@ struct GenerateFlags {
     flags.String("--exit-criterion", &criterion, "auto (default), hazard, latent-diff or kl");
     DeclareLookahead(flags, &lookahead);
     DeclareKvDtype(flags, &kv_dtype);
-    DeclareWeights(flags, &weights);
+    load.Declare(flags);
     flags.Double("--temperature", &temperature, "sampling temperature; 0 = greedy (default)", 0, 100);
     flags.Double("--top-p", &top_p, "nucleus sampling mass (default 1 = off)", 1e-6, 1);
     flags.Int("--top-k", &top_k, "keep the k most likely tokens (default 0 = off)", 0, 1 << 30);
@@ -135,7 +135,7 @@ int RunGenerate(const std::vector<std::string>& args) {
       "fathom generate",
       "fathom generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT) --max-tokens N\n"
       "                [--loops R | --exit-threshold Q] [--temperature T --top-p P --top-k K --seed S]\n"
-      "                [--lookahead] [--weights checkpoint|int8] [--color auto|always|never] [--json]",
+      "                [--lookahead] [--weights checkpoint|int8] [--batch-invariant] [--color auto|always|never] [--json]",
       "Generates tokens from a prompt and prints the ids (the text, with --prompt), decode\n"
       "tokens/s and, for looped models, the exit depth (loop steps run) of every generated\n"
       "token; in a terminal, --prompt's text is coloured by exit depth. Prompt tokens run\n"
@@ -162,12 +162,10 @@ int RunGenerate(const std::vector<std::string>& args) {
     if (!ids.ok()) return Fail("generate", ids.status().message(), 2);
     opt->prompt = *ids;
   }
-  auto weights = ParseWeightsFlag(f.weights);
-  if (!weights.ok()) return Fail("generate", weights.status().message(), 2);
-  LoadOptions load;
-  load.weights = *weights;
+  auto load = f.load.Options();
+  if (!load.ok()) return Fail("generate", load.status().message(), 2);
   ApplyThreads(f.threads);
-  auto model = Model::Load(f.model_dir, load);
+  auto model = Model::Load(f.model_dir, *load);
   if (!model.ok()) return Fail("generate", model.status().message(), 1);
   auto res = Generate(**model, *opt);
   if (!res.ok()) return Fail("generate", res.status().message(), 1);

@@ -22,7 +22,7 @@ Result<std::optional<uint64_t>> ParseInitState(const std::string& v) {
 int RunLogits(const std::vector<std::string>& args) {
   std::string model_dir, ids_text, out_path, init = "zero", precision = "fast";
   std::string kv_dtype{KvDtypeName(PromptOptions{}.kv_dtype)};
-  std::string weights{WeightFormatName(LoadOptions{}.weights)};
+  LoadFlags load_flags;
   int64_t loops = 0;
   FlagSet flags("fathom logits",
                 "fathom logits --model DIR --ids 1,2,3 [--loops R] [--init-state zero|seed:N] --out FILE",
@@ -38,7 +38,7 @@ int RunLogits(const std::vector<std::string>& args) {
                "bf16 matmuls: fast (activations rounded to bf16, default) or accurate (split into\n"
                "      two bf16 parts: about 16 mantissa bits, twice the cost)");
   DeclareKvDtype(flags, &kv_dtype);
-  DeclareWeights(flags, &weights);
+  load_flags.Declare(flags);
   for (const char* r : {"--model", "--ids", "--out"}) flags.Require(r);
   if (Status s = flags.Parse(args); !s.ok()) return Fail("logits", s.message(), 2);
   if (flags.help_requested()) {
@@ -53,12 +53,10 @@ int RunLogits(const std::vector<std::string>& args) {
     return Fail("logits", "--precision: expected fast or accurate, found '" + precision + "'", 2);
   auto kv = ParseKvDtypeFlag(kv_dtype);
   if (!kv.ok()) return Fail("logits", kv.status().message(), 2);
-  auto weight_format = ParseWeightsFlag(weights);
-  if (!weight_format.ok()) return Fail("logits", weight_format.status().message(), 2);
-  LoadOptions load;
-  load.split_bf16_activations = precision == "accurate";
-  load.weights = *weight_format;
-  auto model = Model::Load(model_dir, load);
+  auto load = load_flags.Options();
+  if (!load.ok()) return Fail("logits", load.status().message(), 2);
+  load->split_bf16_activations = precision == "accurate";
+  auto model = Model::Load(model_dir, *load);
   if (!model.ok()) return Fail("logits", model.status().message(), 1);
   const ModelSpec& spec = (*model)->spec();
   PromptOptions opt;

@@ -19,7 +19,7 @@ using nlohmann::json;
 // The flags of `generate --requests`; the engine's own come from EngineFlags.
 struct RequestsArgs {
   std::string model_dir, path;
-  std::string weights{WeightFormatName(LoadOptions{}.weights)};
+  LoadFlags load;
   int64_t threads = 0;
   bool json = false;
   EngineFlags engine{kRequestsEngineFlags, "the largest loops of any request"};
@@ -28,7 +28,7 @@ struct RequestsArgs {
     f.String("--model", &model_dir, "Hugging Face model directory");
     f.String("--requests", &path, "file of JSON requests, one per line");
     engine.Declare(f);
-    DeclareWeights(f, &weights);
+    load.Declare(f);
     DeclareThreads(f, &threads);
     f.Bool("--json", &json, "print one JSON object");
     for (const char* r : {"--model", "--requests"}) f.Require(r);
@@ -129,12 +129,10 @@ int RunGenerateRequests(const std::vector<std::string>& args) {
   if (!opt.ok()) return Fail("generate", opt.status().message(), 2);
   auto reqs = ReadRequests(a.path);
   if (!reqs.ok()) return Fail("generate", reqs.status().message(), 2);
-  auto weights = ParseWeightsFlag(a.weights);
-  if (!weights.ok()) return Fail("generate", weights.status().message(), 2);
-  LoadOptions load;
-  load.weights = *weights;
+  auto load = a.load.Options();
+  if (!load.ok()) return Fail("generate", load.status().message(), 2);
   ApplyThreads(a.threads);
-  auto model = Model::Load(a.model_dir, load);
+  auto model = Model::Load(a.model_dir, *load);
   if (!model.ok()) return Fail("generate", model.status().message(), 1);
   const ModelSpec& spec = (*model)->spec();
   if (!spec.loop.looped) opt->max_depth = 0;

@@ -24,7 +24,7 @@ namespace {
 // The flags of `fathom serve`; the engine's own come from EngineFlags.
 struct ServeArgs {
   std::string model_dir, host = "127.0.0.1", api_key, api_key_file, served_name;
-  std::string weights{WeightFormatName(LoadOptions{}.weights)};
+  LoadFlags load;
   int64_t port = 8000, max_pending = 256, threads = 0, http_threads = 64, heartbeat_ms = 1000, max_body_mb = 8;
   // Connection and request limits, their defaults read from serve::ServerOptions
   // (docs/RELIABILITY.md).
@@ -45,7 +45,7 @@ struct ServeArgs {
     f.String("--api-key-file", &api_key_file, "read the API key from PATH (one line), keeping it out of `ps`");
     f.String("--served-model-name", &served_name, "the model's name in the API (default: DIR's basename)");
     engine.Declare(f);
-    DeclareWeights(f, &weights);
+    load.Declare(f);
     f.Int("--max-pending", &max_pending, "requests queued or running before 429 (default 256)", 1, 1 << 24);
     DeclareThreads(f, &threads);
     f.Int("--http-threads", &http_threads, "HTTP worker threads; each open stream holds one (default 64)", 1, 4096);
@@ -148,8 +148,8 @@ int RunServe(const std::vector<std::string>& args) {
   }
   auto opt = a.engine.Options();
   if (!opt.ok()) return Fail("serve", opt.status().message(), 2);
-  auto weights = ParseWeightsFlag(a.weights);
-  if (!weights.ok()) return Fail("serve", weights.status().message(), 2);
+  auto load = a.load.Options();
+  if (!load.ok()) return Fail("serve", load.status().message(), 2);
   if (!a.api_key_file.empty()) {
     if (!a.api_key.empty()) return Fail("serve", "--api-key and --api-key-file: give one", 2);
     auto key = serve::ReadApiKeyFile(a.api_key_file);
@@ -175,9 +175,7 @@ int RunServe(const std::vector<std::string>& args) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
   ApplyThreads(a.threads);
-  LoadOptions load;
-  load.weights = *weights;
-  auto model = Model::Load(a.model_dir, load);
+  auto model = Model::Load(a.model_dir, *load);
   if (!model.ok()) return Fail("serve", model.status().message(), 1);
   auto tok = Tokenizer::Load(a.model_dir);
   if (!tok.ok()) return Fail("serve", tok.status().message(), 1);

@@ -84,17 +84,24 @@ Result<DType> ParseKvDtypeFlag(const std::string& name) {
   return *t;
 }
 
-void DeclareWeights(FlagSet& flags, std::string* name) {
-  flags.String("--weights", name,
+void LoadFlags::Declare(FlagSet& flags) {
+  flags.String("--weights", &weights,
                "matmul weights of the layers: checkpoint (the checkpoint's dtype, exact) or int8 "
                "(quantized at load per output channel, about half of bf16's bytes); the LM head and "
-               "embedding stay in the checkpoint's dtype (default " + *name + ")");
+               "embedding stay in the checkpoint's dtype (default " + weights + ")");
+  flags.Bool("--batch-invariant", &batch_invariant,
+             "every matmul through fathom's batch-invariant f32 kernel: each request's output is\n"
+             "      bit for bit what it gives alone, whatever is batched with it (oneDNN's per-M\n"
+             "      kernels can change the last bits); slower prompt processing (default off)");
 }
 
-Result<WeightFormat> ParseWeightsFlag(const std::string& name) {
-  const std::optional<WeightFormat> f = ParseWeightFormat(name);
-  if (!f) return Status::Error("--weights: '" + name + "' is not checkpoint or int8");
-  return *f;
+Result<LoadOptions> LoadFlags::Options() const {
+  LoadOptions o;
+  const std::optional<WeightFormat> f = ParseWeightFormat(weights);
+  if (!f) return Status::Error("--weights: '" + weights + "' is not checkpoint or int8");
+  o.weights = *f;
+  o.batch_invariant = batch_invariant;
+  return o;
 }
 
 void DeclareLookahead(FlagSet& flags, bool* lookahead) {

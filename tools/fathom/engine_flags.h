@@ -21,6 +21,7 @@
 #include "exec/exit_spec.h"
 #include "flags.h"
 #include "kernels/matmul.h"
+#include "model/model.h"
 
 namespace fathom::cli {
 
@@ -97,12 +98,20 @@ std::string MinDepthHelp();
 // the given depth is one the gate cannot produce (empty when fine).
 std::string ResolveMinDepth(const FlagSet& flags, bool lookahead, int64_t* min_depth);
 
-// --weights checkpoint|int8: the format of the per-layer matmul weights (LoadOptions::weights,
-// src/model/model.h; the LM head and the embedding keep the checkpoint's dtype). *name holds
-// the default ("checkpoint") on entry. ParseWeightsFlag: the format, or an error naming the
-// flag and the bad value.
-void DeclareWeights(FlagSet& flags, std::string* name);
-Result<WeightFormat> ParseWeightsFlag(const std::string& name);
+// How a model loads (LoadOptions, src/model/model.h), the same flags on every command that
+// loads one:
+//   --weights checkpoint|int8  the per-layer matmul weights (the LM head and the embedding
+//                              keep the checkpoint's dtype)
+//   --batch-invariant          every matmul through the batch-invariant kernel: batched
+//                              output equals each request alone, bit for bit
+// Options(): the LoadOptions, or an error naming the flag and the bad value.
+struct LoadFlags {
+  std::string weights{WeightFormatName(LoadOptions{}.weights)};
+  bool batch_invariant = LoadOptions{}.batch_invariant;
+
+  void Declare(FlagSet& flags);
+  Result<LoadOptions> Options() const;
+};
 
 // --threads N, OpenMP's worker threads; *threads holds the command's default on entry
 // (0: all cores, OpenMP's own default). ApplyThreads sets them (0: leaves OpenMP's).
