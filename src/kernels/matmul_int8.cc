@@ -1,5 +1,9 @@
 // Int8 per-channel weights: the quantizer and the AVX2/FMA matmul (see matmul_int8.h).
 //
+// The small loops over rows and parities carry `#pragma GCC unroll`: unrolled that early,
+// GCC keeps the accumulator array in registers; otherwise it also stores it to the stack on
+// every k (12 dead stores per k pair at 3 rows, which bounded the kernel by store throughput).
+//
 // Register blocking: one 16-channel block for up to kMaxRows = 3 rows at a time. Each row
 // keeps four 8-lane f32 accumulators, [k parity][channel half], so consecutive k go to
 // independent FMA chains (the FMA latency does not bound M = 1); 3 rows x 4 = 12
@@ -21,21 +25,30 @@ namespace {
 constexpr int64_t kMaxRows = 3;          // rows per pass over a block
 constexpr int64_t kPrefetchBytes = 1024;  // ahead of the weight stream
 
+// 16 int8 at p as two 8-lane f32 vectors; each 8-byte load folds into vpmovsxbd's operand.
+inline void LoadW(const int8_t* p, __m256* w0, __m256* w1) {
+  *w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  *w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8))));
+}
+
 // y[r, :valid] for MR rows against one packed block. wb: [k][16] int8; x: MR rows of k f32
 // at stride xs; scale: 16 f32 (padded); bias: `valid` f32 or nullptr; y: MR rows at stride ys.
 template <int MR>
 void BlockRows(const int8_t* wb, int64_t k, const float* x, int64_t xs, const float* scale,
                const float* bias, int64_t valid, float* y, int64_t ys) {
   __m256 acc[MR][2][2];
+  #pragma GCC unroll 4
   for (int m = 0; m < MR; ++m)
+    #pragma GCC unroll 4
     for (int p = 0; p < 2; ++p) acc[m][p][0] = acc[m][p][1] = _mm256_setzero_ps();
   int64_t t = 0;
   for (; t + 2 <= k; t += 2) {
     _mm_prefetch(reinterpret_cast<const char*>(wb + t * kInt8BlockN + kPrefetchBytes), _MM_HINT_T0);
+    #pragma GCC unroll 4
     for (int p = 0; p < 2; ++p) {
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + (t + p) * kInt8BlockN));
-      const __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
-      const __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)));
+      __m256 w0, w1;
+      LoadW(wb + (t + p) * kInt8BlockN, &w0, &w1);
+      #pragma GCC unroll 4
       for (int m = 0; m < MR; ++m) {
         const __m256 xv = _mm256_broadcast_ss(x + m * xs + t + p);
         acc[m][p][0] = _mm256_fmadd_ps(w0, xv, acc[m][p][0]);
@@ -44,9 +57,9 @@ void BlockRows(const int8_t* wb, int64_t k, const float* x, int64_t xs, const fl
     }
   }
   if (t < k) {  // odd K: the last k goes to the parity-0 chain
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + t * kInt8BlockN));
-    const __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
-    const __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)));
+    __m256 w0, w1;
+    LoadW(wb + t * kInt8BlockN, &w0, &w1);
+    #pragma GCC unroll 4
     for (int m = 0; m < MR; ++m) {
       const __m256 xv = _mm256_broadcast_ss(x + m * xs + t);
       acc[m][0][0] = _mm256_fmadd_ps(w0, xv, acc[m][0][0]);
@@ -57,6 +70,7 @@ void BlockRows(const int8_t* wb, int64_t k, const float* x, int64_t xs, const fl
   if (bias) std::memcpy(b, bias, static_cast<size_t>(valid) * sizeof(float));
   const __m256 s0 = _mm256_loadu_ps(scale), s1 = _mm256_loadu_ps(scale + 8);
   const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+  #pragma GCC unroll 4
   for (int m = 0; m < MR; ++m) {
     // y = scale * (even-k sum + odd-k sum) + bias.
     const __m256 r0 = _mm256_fmadd_ps(_mm256_add_ps(acc[m][0][0], acc[m][1][0]), s0, b0);
