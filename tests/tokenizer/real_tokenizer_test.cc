@@ -19,11 +19,12 @@
 #include <utf8proc.h>
 
 #include "tokenizer/tokenizer_test_util.h"
+#include "test_paths.h"
 
 namespace fathom {
 namespace {
 
-const std::string kNodeDir = std::string(FATHOM_SOURCE_DIR) + "/tests/node";
+const std::string kNodeDir = testing::SourceDir() + "/tests/node";
 const std::string kInstallHint = "; run scripts/install-deps.sh (it installs node and tests/node/node_modules)";
 
 std::string ModelDir(const std::string& name) {
@@ -109,7 +110,7 @@ TEST_F(RealTokenizers, KnownIds) {
 }
 
 TEST_F(RealTokenizers, MatchTransformersJsOnTheCorpus) {
-  const std::string corpus_path = std::string(FATHOM_SOURCE_DIR) + "/tests/tokenizer/corpus.json";
+  const std::string corpus_path = testing::SourceDir() + "/tests/tokenizer/corpus.json";
   const std::string script = kNodeDir + "/encode_corpus.mjs";
   ASSERT_TRUE(std::filesystem::exists(kNodeDir + "/node_modules/@lenml/tokenizers"))
       << "tests/node/node_modules is missing" << kInstallHint;
@@ -150,7 +151,7 @@ TEST_F(RealTokenizers, MatchTransformersJsOnTheCorpus) {
 
 TEST_F(RealTokenizers, DecodeRoundTripsTheCorpus) {
   const nlohmann::json corpus =
-      nlohmann::json::parse(testing::ReadFile(std::string(FATHOM_SOURCE_DIR) + "/tests/tokenizer/corpus.json"));
+      nlohmann::json::parse(testing::ReadFile(testing::SourceDir() + "/tests/tokenizer/corpus.json"));
   for (const char* name : {"qwen3", "llama3"}) {
     const Tokenizer* tok = Get(name);
     ASSERT_TRUE(tok);

