@@ -174,18 +174,8 @@ TEST(Int8Weights, RowsAreIndependentOfTheBatch) {
   EXPECT_EQ(std::memcmp(five.data(), all.data() + 7 * n, five.size() * sizeof(float)), 0);
 }
 
-struct OwnedTensor {
-  std::vector<uint8_t> bytes;
-  TensorView view;
-};
-
-OwnedTensor MakeTensor(DType dtype, Shape shape, const std::vector<float>& values) {
-  OwnedTensor t;
-  t.bytes.resize(values.size() * DTypeSize(dtype));
-  ConvertFromF32(dtype, values.data(), t.bytes.data(), values.size());
-  t.view = TensorView{dtype, std::move(shape), t.bytes.data()};
-  return t;
-}
+using testing::MakeTensor;
+using testing::OwnedTensor;
 
 // Linear with kInt8 on parts concatenated along N (the fused qkv / gate_up case), every
 // checkpoint dtype, against the scalar quantization of the concatenated weights as the

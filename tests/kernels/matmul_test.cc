@@ -15,19 +15,8 @@ namespace {
 using testing::RandomFloats;
 using testing::RelErr;
 
-// A tensor with its own storage: f32 values converted to `dtype`.
-struct OwnedTensor {
-  std::vector<uint8_t> bytes;
-  TensorView view;
-};
-
-OwnedTensor MakeTensor(DType dtype, Shape shape, const std::vector<float>& values) {
-  OwnedTensor t;
-  t.bytes.resize(values.size() * DTypeSize(dtype));
-  ConvertFromF32(dtype, values.data(), t.bytes.data(), values.size());
-  t.view = TensorView{dtype, std::move(shape), t.bytes.data()};
-  return t;
-}
+using testing::MakeTensor;
+using testing::OwnedTensor;
 
 std::vector<float> RoundedToBf16(std::vector<float> x) {
   for (float& v : x) v = BF16ToF32(F32ToBF16(v));

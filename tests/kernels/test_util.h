@@ -1,11 +1,16 @@
-// Helpers shared by the kernel tests: seeded random data and error measures.
+// Helpers shared by the kernel tests: seeded random data, error measures, tensors that own
+// their bytes.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
 
 namespace fathom::testing {
 
@@ -35,6 +40,20 @@ inline double MaxAbsDiff(const float* a, const float* b, size_t n) {
 inline double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
   const double scale = std::max(MaxAbs(b.data(), b.size()), 1e-30);
   return MaxAbsDiff(a.data(), b.data(), std::min(a.size(), b.size())) / scale;
+}
+
+// A tensor with its own storage: f32 values converted to `dtype`.
+struct OwnedTensor {
+  std::vector<uint8_t> bytes;
+  TensorView view;
+};
+
+inline OwnedTensor MakeTensor(DType dtype, Shape shape, const std::vector<float>& values) {
+  OwnedTensor t;
+  t.bytes.resize(values.size() * DTypeSize(dtype));
+  ConvertFromF32(dtype, values.data(), t.bytes.data(), values.size());
+  t.view = TensorView{dtype, std::move(shape), t.bytes.data()};
+  return t;
 }
 
 }  // namespace fathom::testing
