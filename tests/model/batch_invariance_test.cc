@@ -46,7 +46,8 @@ void ExpectNear(const std::vector<float>& a, const std::vector<float>& b, double
   EXPECT_LE(RelativeError(a, b), tol) << what;
 }
 
-void RunScenario(const Model& m, KvLayout layout, uint64_t seed, DType kv_dtype) {
+// tol: Tolerance(kv_dtype) with oneDNN's matmuls, 0 (bit for bit) with batch-invariant ones.
+void RunScenario(const Model& m, KvLayout layout, uint64_t seed, DType kv_dtype, double tol) {
   const ModelSpec& spec = m.spec();
   const int32_t R = spec.loop.looped ? 4 : 0;
   std::mt19937 rng(static_cast<uint32_t>(seed));
@@ -87,7 +88,7 @@ void RunScenario(const Model& m, KvLayout layout, uint64_t seed, DType kv_dtype)
     PrefillResult one;
     ASSERT_TRUE(alone.runner->Prefill({chunks[static_cast<size_t>(i)]}, false, &one).ok());
     std::vector<float> part(all.logits.begin() + i * V, all.logits.begin() + (i + 1) * V);
-    ExpectNear(part, one.logits, Tolerance(kv_dtype), "prefill logits of sequence " + std::to_string(i));
+    ExpectNear(part, one.logits, tol, "prefill logits of sequence " + std::to_string(i));
     next[static_cast<size_t>(i)] = Argmax(one.logits.data(), V);
   }
 
@@ -128,9 +129,9 @@ void RunScenario(const Model& m, KvLayout layout, uint64_t seed, DType kv_dtype)
         ASSERT_TRUE(batched.runner->CoreStep(core, &b).ok());
         for (size_t j = 0; j < core.size(); ++j) {
           ASSERT_TRUE(alone.runner->CoreStep({core[j]}, &a).ok());
-          const auto tol = static_cast<float>(Tolerance(kv_dtype));
-          EXPECT_NEAR(b.signals[j].gate_lambda, a.signals[0].gate_lambda, tol);
-          EXPECT_NEAR(b.signals[j].latent_diff, a.signals[0].latent_diff, tol * std::max(1.f, a.signals[0].latent_diff));
+          const auto t = static_cast<float>(tol);
+          EXPECT_NEAR(b.signals[j].gate_lambda, a.signals[0].gate_lambda, t);
+          EXPECT_NEAR(b.signals[j].latent_diff, a.signals[0].latent_diff, t * std::max(1.f, a.signals[0].latent_diff));
         }
       }
       if (!coda.empty()) {
@@ -140,7 +141,7 @@ void RunScenario(const Model& m, KvLayout layout, uint64_t seed, DType kv_dtype)
           ASSERT_TRUE(alone.runner->Coda({coda[j]}, &a).ok());
           std::vector<float> part(b.logits.begin() + static_cast<int64_t>(j) * V,
                                   b.logits.begin() + static_cast<int64_t>(j + 1) * V);
-          ExpectNear(part, a.logits, Tolerance(kv_dtype), "coda logits, token " + std::to_string(token));
+          ExpectNear(part, a.logits, tol, "coda logits, token " + std::to_string(token));
           next[static_cast<size_t>(coda[j].slot)] = a.tokens[0];
         }
       }
@@ -164,8 +165,20 @@ TEST_P(BatchInvarianceTest, BatchedStagesEqualItemsAlone) {
   testing::MakeTinyModel(family, dir / "model", DType::kF32);
   auto m = Model::Load(dir / "model");
   ASSERT_TRUE(m.ok()) << m.status().message();
-  for (uint64_t seed : {1u, 2u, 3u}) RunScenario(**m, layout, seed, DType::kF32);
-  for (uint64_t seed : {1u, 2u}) RunScenario(**m, layout, seed, DType::kBF16);
+  for (uint64_t seed : {1u, 2u, 3u}) RunScenario(**m, layout, seed, DType::kF32, Tolerance(DType::kF32));
+  for (uint64_t seed : {1u, 2u}) RunScenario(**m, layout, seed, DType::kBF16, Tolerance(DType::kBF16));
+}
+
+// With batch-invariant matmuls (LoadOptions::batch_invariant) and every other kernel per
+// row, batched stages give every item exactly its outputs alone, in f32 and in bf16 K/V.
+TEST_P(BatchInvarianceTest, BatchInvariantMatmulsMakeThemEqualBitForBit) {
+  const auto& [family, layout] = GetParam();
+  TempDir dir;
+  testing::MakeTinyModel(family, dir / "model", DType::kF32);
+  auto m = Model::Load(dir / "model", {.batch_invariant = true});
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  for (uint64_t seed : {1u, 2u}) RunScenario(**m, layout, seed, DType::kF32, 0.0);
+  RunScenario(**m, layout, 3, DType::kBF16, 0.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
