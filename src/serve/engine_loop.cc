@@ -152,8 +152,13 @@ void EngineLoop::Run() {
     inbox.clear();
     for (const auto& [s, stop_string] : cancels) {
       auto it = ids_.find(s.get());
-      // Unknown: finished (or rejected) already.
-      if (it == ids_.end()) continue;
+      if (it == ids_.end()) {
+        // Finished (or rejected) already, its last event pushed in the iteration that
+        // finished it. If the engine ran on to max_tokens past a stop string the handler
+        // has since found, the client gets "stop": count it so, not as a length.
+        if (stop_string && s->finish() == FinishReason::kLength) --finished_length_, ++finished_stop_;
+        continue;
+      }
       if (!engine_->Cancel(it->second)) continue;
       Deliver(engine_->events());
       if (stop_string) --cancelled_, ++finished_stop_;

@@ -28,6 +28,11 @@ bool RequestStream::over() const {
   return over_;
 }
 
+FinishReason RequestStream::finish() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return finish_;
+}
+
 void RequestStream::Admit() {
   std::lock_guard<std::mutex> lk(mu_);
   admission_ = Admission::kAdmitted;
@@ -45,7 +50,7 @@ void RequestStream::Reject(std::string message) {
 void RequestStream::Push(const TokenEvent& e) {
   std::lock_guard<std::mutex> lk(mu_);
   events_.push_back(e);
-  if (e.finish != FinishReason::kNone) over_ = true;
+  if (e.finish != FinishReason::kNone) over_ = true, finish_ = e.finish;
   cv_.notify_all();
 }
 

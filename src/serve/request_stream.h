@@ -31,6 +31,8 @@ class RequestStream {
   std::string error() const;
   // A finish (or a failure) was pushed: no event will follow those queued.
   bool over() const;
+  // The finish reason of the last event pushed (kNone before the finish or after a failure).
+  FinishReason finish() const;
   int64_t prompt_tokens() const { return prompt_tokens_; }
 
   // --- engine loop side
@@ -48,6 +50,7 @@ class RequestStream {
   std::string reject_message_, error_;
   std::deque<TokenEvent> events_;
   bool over_ = false;
+  FinishReason finish_ = FinishReason::kNone;
 };
 
 }  // namespace fathom::serve

@@ -174,6 +174,33 @@ TEST_F(EngineLoopTest, CancelFreesTheKv) {
   loop.Resume();
 }
 
+// The handler finds a stop string in text the engine already ran past to max_tokens (it
+// finished by length before the cancel arrived): the client gets "stop", and so must the
+// metrics (CI once saw stop 1, length 1 for two stopped requests). A stop string found
+// while the request still runs, and a plain cancel after a finish, stay as they were.
+TEST_F(EngineLoopTest, StopStringFoundAfterTheLengthFinishCountsAsStop) {
+  EngineLoop loop(NewEngine(), {});
+  Submission s = loop.Submit(Spec(6, 4));
+  ASSERT_EQ(s.code, SubmitCode::kOk);
+  std::vector<TokenEvent> ev = Drain(*s.stream);
+  ASSERT_FALSE(ev.empty());
+  ASSERT_EQ(ev.back().finish, FinishReason::kLength);
+  ASSERT_TRUE(WaitUntil([&] { return loop.Metrics().finished_length == 1; }));
+  loop.Cancel(s.stream, /*stop_string=*/true);
+  EXPECT_TRUE(WaitUntil([&] {
+    MetricsSnapshot m = loop.Metrics();
+    return m.finished_stop == 1 && m.finished_length == 0;
+  }));
+  loop.Cancel(s.stream);  // a plain cancel of a finished request changes nothing
+  Submission t = loop.Submit(Spec(7, 3));
+  ASSERT_EQ(t.code, SubmitCode::kOk);
+  Drain(*t.stream);
+  EXPECT_TRUE(WaitUntil([&] { return loop.Metrics().finished_length == 1; }));
+  MetricsSnapshot m = loop.Metrics();
+  EXPECT_EQ(m.finished_stop, 1);
+  EXPECT_EQ(m.cancelled, 0);
+}
+
 TEST_F(EngineLoopTest, DrainFinishesInFlightAndRefusesNew) {
   EngineLoop loop(NewEngine(), {});
   loop.Pause();
