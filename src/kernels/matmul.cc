@@ -142,12 +142,13 @@ struct Linear::Impl {
   int64_t k = 0, n = 0;
   DType dtype = DType::kF32;  // of the checkpoint
   WeightFormat format = WeightFormat::kCheckpoint;
-  // kInt8: the quantized weights and the f32 bias [N] (empty: none); nothing below is used.
+  // kInt8: the quantized weights; nothing of oneDNN below is used.
   Int8Weights int8;
-  std::vector<float> int8_bias;
-  // MakeBatchInvariant: W [N, K] f32 and the bias [N] (empty: none) for
-  // MatmulF32RowInvariant; oneDNN's copy below is freed.
-  std::vector<float> invariant_w, invariant_bias;
+  // MakeBatchInvariant: W [N, K] f32 for MatmulF32RowInvariant; oneDNN's copy is freed.
+  std::vector<float> invariant_w;
+  // The f32 bias [N] of fathom's own kernels (int8, batch-invariant); empty: none.
+  std::vector<float> own_bias;
+  const float* own_bias_or_null() const { return own_bias.empty() ? nullptr : own_bias.data(); }
   mdt compute = mdt::f32;     // of src and weights in the matmul
   memory::desc packed_md;     // weights [K, N] in oneDNN's layout
   memory weights;             // packed weights, owned (allocated by oneDNN)
@@ -339,7 +340,7 @@ Result<Linear> Linear::Create(const std::vector<TensorView>& weights,
     auto q = Int8Weights::Quantize(reinterpret_cast<const float*>(plain.data()), impl->n, impl->k);
     if (!q.ok()) return q.status().WithContext("Linear");
     impl->int8 = std::move(*q);
-    impl->int8_bias = ConcatBias(weights, biases);
+    impl->own_bias = ConcatBias(weights, biases);
     Linear out;
     out.impl_ = std::move(impl);
     return out;
@@ -406,7 +407,7 @@ Status Linear::MakeBatchInvariant() {
   }
   if (p.bias) {
     const auto* b = static_cast<const float*>(p.bias.get_data_handle());
-    p.invariant_bias.assign(b, b + p.n);
+    p.own_bias.assign(b, b + p.n);
   }
   p.weights = memory();
   p.bias = memory();
@@ -423,11 +424,11 @@ bool Linear::batch_invariant() const {
 void Linear::ForwardRounded(const float* x, int64_t m, float* y) const {
   if (!impl_->invariant_w.empty()) {
     internal::MatmulF32RowInvariant(x, m, impl_->k, impl_->invariant_w.data(), impl_->n,
-                                    impl_->invariant_bias.empty() ? nullptr : impl_->invariant_bias.data(), y);
+                                    impl_->own_bias_or_null(), y);
     return;
   }
   if (impl_->format == WeightFormat::kInt8) {
-    impl_->int8.Matmul(x, m, impl_->int8_bias.empty() ? nullptr : impl_->int8_bias.data(), y);
+    impl_->int8.Matmul(x, m, impl_->own_bias_or_null(), y);
     return;
   }
   if (impl_->use_gemv && m <= internal::kGemvMaxRows && internal::GemvEnabled()) {
