@@ -173,12 +173,19 @@ DecodeItem Engine::Item(const WorkItem& w) {
   d.sampler = w.replay ? nullptr : r.sampler.get();
   d.sampling = r.spec.sampling;
   d.budget = static_cast<float>(r.token_b);
+  if (w.replay) {  // recomputed after preemption: at the b it first ran under, which L2A gates'
+                   // K/V depend on (output token pos - prompt + 1 came out of it)
+    const auto k = static_cast<size_t>(w.pos - static_cast<int64_t>(r.spec.prompt.size()) + 1);
+    if (k < r.budgets.size()) d.budget = r.budgets[k];
+  }
   return d;
 }
 
-double Engine::TokenBudget(Req& r) {
+double Engine::TokenBudget(const Req& r, int64_t pos) {
   const std::vector<float>& trace = r.spec.budget_trace;
-  const int64_t i = r.decode_index++;
+  // Decode token i is the one fed at prompt + i: a count of tokens started would run ahead
+  // when a preemption between a token's prelude and its coda makes it start again.
+  const int64_t i = pos - static_cast<int64_t>(r.spec.prompt.size());
   if (!trace.empty()) return trace[static_cast<size_t>(std::min<int64_t>(i, static_cast<int64_t>(trace.size()) - 1))];
   return controller_.ForRequest(decision_.b, r.spec.tier, r.spec.budget);
 }
@@ -228,6 +235,7 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
         c.loops = r.loops;
         c.logits = w.sample ? PrefillChunk::Logits::kLast : PrefillChunk::Logits::kNone;
         c.random_init = r.spec.init_seed;
+        c.budget = static_cast<float>(r.spec.budget.value_or(1.0));  // L2A gates: the prompt's b
         chunks_.push_back(c);
       }
       FATHOM_RETURN_IF_ERROR(runner_->Prefill(chunks_, false, &prefill_));
@@ -247,7 +255,7 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
       for (const WorkItem& w : plan.items) {
         Req& r = At(w.req);
         if (!w.replay) {
-          r.token_b = TokenBudget(r);  // fixed for the token's whole loop
+          r.token_b = TokenBudget(r, w.pos);  // fixed for the token's whole loop
           if (r.policy) r.policy->Reset(), r.policy->SetBudget(r.token_b);
         }
         items_.push_back(Item(w));

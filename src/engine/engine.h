@@ -79,7 +79,8 @@ struct RequestSpec {
   // Budget (issue 14). Decode token i runs under budget_trace[i] if given (the last entry
   // repeats; scripted runs and tests), else under `budget` if set, else under the
   // controller's b clamped to the tier's range. The first token (from the prompt's
-  // prefill, at full depth) counts as b = 1.
+  // prefill, at full depth) counts as b = 1. L2A gate checkpoints: the prompt's tokens run
+  // their routers at `budget` if set, else at b = 1.
   std::optional<double> budget;
   std::vector<float> budget_trace;
   ServiceTier tier = ServiceTier::kDefault;
@@ -161,7 +162,6 @@ class Engine {
     double deadline = kNever;    // absolute, on the engine's clock
     bool hopeless = false;       // found unmeetable even at b = 0 (counted once)
     double token_b = 1;          // the budget of the decode token in flight
-    int64_t decode_index = 0;    // decode tokens started (indexes budget_trace)
     std::vector<float> budgets;  // per output token
     bool thinking = false;       // after think_start_id, before think_end_id
     int64_t thought = 0;         // tokens since think_start_id
@@ -170,7 +170,7 @@ class Engine {
   Status Execute(const Plan& plan, Outcome* out);
   void ReleaseKv(RequestId id);
   DecodeItem Item(const WorkItem& w);
-  double TokenBudget(Req& r);
+  double TokenBudget(const Req& r, int64_t pos);  // the b of the decode token fed at pos
   int32_t Think(Req& r, int32_t token, double b);
   void UpdateBudget(double now);
   struct Iteration {

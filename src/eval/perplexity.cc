@@ -72,6 +72,7 @@ class Evaluator {
   const std::vector<float>& nll() const { return nll_; }
   const std::vector<int32_t>& depth() const { return depth_; }
   double nll_sum() const { return nll_sum_; }  // in double, over every target
+  const StageRunner::GateCounts& gate_counts() const { return runner_.gate_counts(); }
 
  private:
   Status Prefill(const std::vector<Window>& group) {
@@ -84,6 +85,7 @@ class Evaluator {
       c.n = 1;
       c.loops = loops_;
       c.logits = PrefillChunk::Logits::kLast;
+      c.budget = static_cast<float>(opt_.budget.value_or(1.0));
       chunks_.push_back(c);
     }
     FATHOM_RETURN_IF_ERROR(runner_.Prefill(chunks_, false, &pre_));
@@ -202,8 +204,9 @@ Status CheckOptions(const Model& model, const std::vector<int32_t>& ids, const P
   if (opt.budget) {
     if (!(*opt.budget >= 0 && *opt.budget <= 1))
       return Status::Error("budget: " + std::to_string(*opt.budget) + " outside [0, 1]");
-    if (opt.exit.kind == ExitSpec::Kind::kNone)
-      return Status::Error("budget: scales an exit threshold (q*b for Ouro, t/b for Huginn); give one");
+    if (opt.exit.kind == ExitSpec::Kind::kNone && !spec.l2a.enabled)
+      return Status::Error("budget: scales an exit threshold (q*b for Ouro, t/b for Huginn); give one "
+                           "(or use an L2A gate checkpoint, whose routers read b)");
   }
   return Status::Ok();
 }
@@ -225,6 +228,14 @@ void Summarize(const Model& model, const Evaluator& ev, const PerplexityOptions&
   res->mean_depth = static_cast<double>(res->core_steps) / static_cast<double>(res->predictions);
   res->layers_per_token = spec.n_prelude + spec.n_coda + res->mean_depth * spec.n_core;
   if (!spec.loop.looped) res->layers_per_token = static_cast<double>(spec.layers.size());
+  const StageRunner::GateCounts& g = ev.gate_counts();
+  if (g.token_layers > 0) {
+    const auto tl = static_cast<double>(g.token_layers);
+    res->attention_fraction = static_cast<double>(g.attention) / tl;
+    res->mlp_fraction = static_cast<double>(g.mlp) / tl;
+    res->heads_fraction = static_cast<double>(g.heads) / (tl * static_cast<double>(spec.n_heads));
+    res->matmul_fraction = g.matmul_flops / g.dense_matmul_flops;
+  }
 }
 
 }  // namespace

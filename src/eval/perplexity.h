@@ -58,6 +58,10 @@ struct PerplexityResult {
   double mean_depth = 0;        // core_steps / predictions (0 for a dense model)
   std::vector<int64_t> depth_histogram;  // [loops + 1]: predictions made at depth d
   double layers_per_token = 0;  // prelude + coda + mean_depth * core layers
+  // L2A gate checkpoints (else 0), over every token run: the fraction of (token, layer)
+  // pairs that ran the attention / the MLP, of query heads attended, and of the layers'
+  // matmul flops run (StageRunner::GateCounts).
+  double attention_fraction = 0, mlp_fraction = 0, heads_fraction = 0, matmul_fraction = 0;
   // KV bytes one token adds (KvManager::BytesPerToken) as a prompt and as a decode token.
   size_t kv_bytes_per_prompt_token = 0, kv_bytes_per_decode_token = 0;
   double seconds = 0, cpu_seconds = 0;  // wall and process CPU time of the evaluation

@@ -29,6 +29,7 @@ struct PrefillChunk {
   int32_t loops = 0;                    // loop steps (looped models); all rows run them all
   enum class Logits { kNone, kLast, kAll } logits = Logits::kNone;  // which rows get logits
   std::optional<uint64_t> random_init;  // Huginn's seeded initial state; default zero
+  float budget = 1.f;  // the b its tokens' L2A routers read (docs/L2A_FORMAT.md); unused without gates
 };
 
 struct PrefillResult {
@@ -48,8 +49,8 @@ struct DecodeItem {
   // Coda: sampling (greedy if sampler is null).
   Sampler* sampler = nullptr;
   SamplingParams sampling;
-  // The budget b this token runs under (src/budget/budget.h), for per-token gates that read
-  // it (layer skip, head pruning: issue 18). Today's runner does not read it.
+  // The budget b this token runs under (src/budget/budget.h). Prelude: the L2A routers of a
+  // gate checkpoint read it (layer skip, head pruning; docs/L2A_FORMAT.md).
   float budget = 1.f;
 };
 

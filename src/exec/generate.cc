@@ -95,6 +95,7 @@ Result<GenerateResult> Generate(const Model& model, const GenerateOptions& opt) 
     c.n = std::min(opt.prefill_chunk, n_prompt - p);
     c.loops = loops;
     c.random_init = opt.init_seed;
+    c.budget = static_cast<float>(opt.budget.value_or(1.0));
     c.logits = p + c.n == n_prompt ? PrefillChunk::Logits::kLast : PrefillChunk::Logits::kNone;
     FATHOM_RETURN_IF_ERROR(runner.Prefill({c}, false, &pre));
   }
@@ -118,6 +119,10 @@ Result<GenerateResult> Generate(const Model& model, const GenerateOptions& opt) 
     if (opt.stop_at_eos && token == spec.eos_id) break;
     item.pos = n_prompt + static_cast<int64_t>(res.ids.size()) - 1;
     item.token = token;
+    const size_t decode_index = res.ids.size() - 1;
+    item.budget = opt.budget_trace.empty()
+                      ? static_cast<float>(opt.budget.value_or(1.0))
+                      : opt.budget_trace[std::min(decode_index, opt.budget_trace.size() - 1)];
     if (!kv->Grow(seq, item.pos + 1)) return Status::Error("internal: KV pool too small");
     FATHOM_RETURN_IF_ERROR(runner.Prelude({item}));
     int32_t steps = loops, exit_at = loops;

@@ -43,6 +43,11 @@ struct GenerateOptions {
   // r+1 regardless), as the CDB schedulers do when EngineOptions::lookahead is set; the
   // minimum exit depth becomes 2. Off by default, as in the engine.
   bool exit_lookahead = false;
+  // The budget b that L2A gate checkpoints' routers read (docs/L2A_FORMAT.md), as the
+  // engine gives it to a request: the prompt at `budget` (default 1); decode token i at
+  // budget_trace[i] (the last entry repeating) if given, else at `budget`.
+  std::optional<double> budget;
+  std::vector<float> budget_trace;
 };
 
 struct GenerateResult {

@@ -36,6 +36,7 @@ Result<PrefillResult> RunPrompt(const Model& model, const std::vector<int32_t>& 
     c.n = std::min(chunk, n - p);
     c.loops = loops;
     c.logits = PrefillChunk::Logits::kAll;
+    c.budget = opt.budget;
     c.random_init = opt.random_init;
     PrefillResult part;
     FATHOM_RETURN_IF_ERROR(runner.Prefill({c}, opt.record_signals, &part));
@@ -45,6 +46,7 @@ Result<PrefillResult> RunPrompt(const Model& model, const std::vector<int32_t>& 
       all.latent_diff = std::move(part.latent_diff);
     }
   }
+  if (opt.gate_counts) *opt.gate_counts = runner.gate_counts();
   return all;
 }
 

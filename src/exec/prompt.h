@@ -21,6 +21,8 @@ struct PromptOptions {
   int64_t chunk = 0;                    // prefill chunk size; 0: the whole prompt at once
   KvLayout layout = KvLayout::kDepthIndexed;
   DType kv_dtype = DType::kBF16;  // K/V storage, as EngineOptions::kv_dtype
+  float budget = 1.f;             // b of every token (L2A gate checkpoints)
+  StageRunner::GateCounts* gate_counts = nullptr;  // L2A: if set, what the gates ran
 };
 
 // logits: [n, V]; with record_signals, gate_lambda / latent_diff: [loops, n].

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/l2a.h"
+
 namespace fathom {
 
 RunLimits RunLimits::Covering(const KvManager& kv, int32_t num_slots, int64_t max_positions) {
@@ -66,6 +68,21 @@ RunState::RunState(const ModelSpec& s, const KvLayerTable& table, int32_t slots,
   sig = FixedVector<StepSignal>(n);
   sub_chunks = FixedVector<PrefillChunk>(s.prompt_iteration.active() ? n : 0);
   sub_logits = FixedVector<int64_t>(s.prompt_iteration.active() ? n : 0);
+  if (s.l2a.enabled) {
+    attn_on = FixedVector<uint8_t>(n);
+    mlp_on = FixedVector<uint8_t>(n);
+    head_keep = FixedVector<uint8_t>(n * s.n_heads);
+    kv_rows = FixedVector<int64_t>(n);
+    att_sub = FixedVector<int64_t>(n);
+    mlp_sub = FixedVector<int64_t>(n);
+    sub_rows = FixedVector<StageRow>(n);
+    sub_att = FixedVector<PagedAttentionRow>(n);
+    sub_x = FixedVector<float>(n * E);
+    head_in = FixedVector<float>(n * s.head_dim);
+    head_out = FixedVector<float>(n * E);
+    router_scratch.resize(static_cast<size_t>(L2aRouterScratch(s)));
+    router_z.resize(static_cast<size_t>(s.l2a.outputs(s.n_heads)));
+  }
 }
 
 }  // namespace fathom

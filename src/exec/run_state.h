@@ -45,11 +45,14 @@ struct StageRow {
   int64_t pos = 0;
   int32_t step = 0;
   TokenPhase phase = TokenPhase::kPrompt;
+  float budget = 1.f;  // b of the L2A routers (docs/L2A_FORMAT.md); unused without gates
   // Resolved once per stage call (StageRunner::ResolveRows), not per layer:
   int64_t prompt_len = 0;
   const int16_t* key_steps = nullptr;  // its sequence's steps_run (hole masking)
   int32_t tables = 0;                  // offset into RunState::row_tables of its sequence's
                                        // [P] block tables
+  std::vector<int16_t>* attn_ran = nullptr;  // L2A `mask`: its sequence's per-layer record of
+                                             // the positions that ran attention ([layers])
 };
 
 struct RunState {
@@ -106,6 +109,17 @@ struct RunState {
   // token, and where each sub-call's logits go.
   FixedVector<PrefillChunk> sub_chunks;  // [n]
   FixedVector<int64_t> sub_logits;       // [n]
+
+  // L2A gates (docs/L2A_FORMAT.md; sized only for gate checkpoints). One layer's decisions
+  // and the rows that run each sub-layer, gathered.
+  FixedVector<uint8_t> attn_on, mlp_on;    // [n]
+  FixedVector<uint8_t> head_keep;          // [n, H]
+  FixedVector<int64_t> kv_rows, att_sub, mlp_sub;  // [n] rows that project K/V, attend, run the MLP
+  FixedVector<StageRow> sub_rows;          // [n] the rows that project K/V
+  FixedVector<PagedAttentionRow> sub_att;  // [n] the attending rows' attention
+  FixedVector<float> sub_x;                // [n, E] gathered sub-layer input / output
+  FixedVector<float> head_in, head_out;    // [n, D] one head's attention output; [n, E] its o_proj
+  std::vector<double> router_scratch, router_z;  // [E + F + R], [G] one row's router
 };
 
 }  // namespace fathom

@@ -38,6 +38,18 @@ void StageRunner::AddSequence(KvManager::SeqId seq, int32_t loops) {
   SeqInfo& info = seqs_[seq];
   info.loops = loops;
   info.steps_run.reserve(static_cast<size_t>(st_.limits.max_context));
+  if (s_.l2a.enabled && s_.l2a.gate_attention && s_.l2a.skipped_kv == SkippedKv::kMask) {
+    info.attn_ran.assign(s_.layers.size(), {});
+    for (std::vector<int16_t>& v : info.attn_ran) v.reserve(static_cast<size_t>(st_.limits.max_context));
+  }
+}
+
+// Within max_context: reserved at AddSequence, so the pointers ResolveRows hands out stay valid.
+void StageRunner::GrowPositions(KvManager::SeqId seq, int64_t end) {
+  SeqInfo& info = Info(seq);
+  if (static_cast<int64_t>(info.steps_run.size()) < end) info.steps_run.resize(static_cast<size_t>(end), 0);
+  for (std::vector<int16_t>& v : info.attn_ran)
+    if (static_cast<int64_t>(v.size()) < end) v.resize(static_cast<size_t>(end), 0);
 }
 void StageRunner::ReleaseSequence(KvManager::SeqId seq) { seqs_.erase(seq); }
 
@@ -58,6 +70,9 @@ Status StageRunner::CheckRows(Rows rows) const {
     if (r.pos >= m_.rope().max_positions())
       return Status::Error("position " + std::to_string(r.pos) + " is beyond the model's " +
                            std::to_string(m_.rope().max_positions()) + " positions");
+    if (s_.l2a.enabled && !(r.budget >= 0.f && r.budget <= 1.f))
+      return Status::Error("sequence " + std::to_string(r.seq) + ": position " + std::to_string(r.pos) +
+                           ": budget " + std::to_string(r.budget) + " outside [0, 1]");
     if (r.pos >= st_.limits.max_context)
       return Status::Error("position " + std::to_string(r.pos) + " is beyond the runner's max_context " +
                            std::to_string(st_.limits.max_context) + " (RunLimits)");
@@ -78,7 +93,9 @@ void StageRunner::ResolveRows(std::span<StageRow> rows) {
     }
     r.tables = last_tables;
     r.prompt_len = kv_.prompt_len(r.seq);
-    r.key_steps = Info(r.seq).steps_run.data();
+    SeqInfo& info = Info(r.seq);
+    r.key_steps = info.steps_run.data();
+    r.attn_ran = info.attn_ran.empty() ? nullptr : info.attn_ran.data();
   }
 }
 
@@ -172,6 +189,10 @@ void StageRunner::ResolveAttention(int32_t first, int32_t count, Rows rows) {
           k.key_steps = r.key_steps;
           k.min_step = static_cast<int16_t>(table_.MaskStep(r.step));
         }
+        if (r.attn_ran) {  // L2A mask: only the positions that ran attention at this layer
+          k.key_steps = r.attn_ran[layer].data();
+          k.min_step = 0;
+        }
         st_.segs.push_back(k);
       }
       a.seg_end = static_cast<int32_t>(st_.segs.size());
@@ -195,6 +216,7 @@ void StageRunner::Attend(int32_t layer, Rows rows) {
 }
 
 void StageRunner::Block(int32_t layer, Rows rows, float* x) {
+  if (s_.l2a.enabled) return GatedBlock(layer, rows, x);
   const LayerWeights& w = m_.weights().layers[static_cast<size_t>(layer)];
   const auto n = static_cast<int64_t>(rows.size());
   const int64_t E = s_.hidden, I = s_.intermediate, H = s_.n_heads, KVH = s_.n_kv_heads;
@@ -507,7 +529,7 @@ Status StageRunner::PrefillRows(std::span<const PrefillChunk> chunks, bool recor
   for (const PrefillChunk& ch : chunks) {
     st_.chunk_begin.push_back(st_.rows.size());
     for (int64_t i = 0; i < ch.n; ++i) {
-      st_.rows.push_back({ch.seq, ch.pos0 + i, 0, TokenPhase::kPrompt});
+      st_.rows.push_back({ch.seq, ch.pos0 + i, 0, TokenPhase::kPrompt, ch.budget});
       st_.ids.push_back(ch.ids[i]);
     }
     max_loops = std::max(max_loops, ch.loops);
@@ -515,9 +537,8 @@ Status StageRunner::PrefillRows(std::span<const PrefillChunk> chunks, bool recor
   FATHOM_RETURN_IF_ERROR(CheckRows(st_.rows.span()));
   const int64_t n = st_.rows.size();
   for (const PrefillChunk& ch : chunks) {  // prompt tokens run every step: no holes
+    GrowPositions(ch.seq, ch.pos0 + ch.n);
     SeqInfo& info = Info(ch.seq);
-    if (static_cast<int64_t>(info.steps_run.size()) < ch.pos0 + ch.n)
-      info.steps_run.resize(static_cast<size_t>(ch.pos0 + ch.n), 0);  // within max_context: reserved
     std::fill_n(info.steps_run.begin() + ch.pos0, ch.n, static_cast<int16_t>(s_.loop.looped ? ch.loops : 0));
   }
   ResolveRows({st_.rows.begin(), st_.rows.end()});
@@ -567,15 +588,13 @@ Status StageRunner::Prelude(const std::vector<DecodeItem>& items) {
     if (it.token < 0 || it.token >= s_.vocab)
       return Status::Error("item " + std::to_string(i) + ": token id " + std::to_string(it.token) +
                            " outside the vocabulary [0, " + std::to_string(s_.vocab) + ")");
-    st_.rows.push_back({it.seq, it.pos, 0, TokenPhase::kDecode});
+    st_.rows.push_back({it.seq, it.pos, 0, TokenPhase::kDecode, it.budget});
     st_.ids.push_back(it.token);
   }
   FATHOM_RETURN_IF_ERROR(CheckRows(st_.rows.span()));
   for (const DecodeItem& it : items) {  // not yet in the loop: no depth slot written
-    SeqInfo& info = Info(it.seq);
-    if (static_cast<int64_t>(info.steps_run.size()) <= it.pos)
-      info.steps_run.resize(static_cast<size_t>(it.pos + 1), 0);  // within max_context: reserved
-    info.steps_run[static_cast<size_t>(it.pos)] = 0;
+    GrowPositions(it.seq, it.pos + 1);
+    Info(it.seq).steps_run[static_cast<size_t>(it.pos)] = 0;
   }
   ResolveRows({st_.rows.begin(), st_.rows.end()});
   float* x = st_.x.First(n * E);

@@ -54,17 +54,37 @@ class StageRunner final : public Backend {
   int32_t num_slots() const override { return num_slots_; }
   const RunLimits& limits() const { return st_.limits; }
 
+  // L2A gate checkpoints: what the gates ran, summed over every token and layer since
+  // construction. Matmul flops count 2 M N K of each matmul as run (rows gathered), against
+  // the same tokens through the ungated block.
+  struct GateCounts {
+    int64_t token_layers = 0;  // (token, layer) pairs through a gated block
+    int64_t attention = 0, mlp = 0;  // of those, with the attention / MLP run
+    int64_t heads = 0;         // query heads attended (of token_layers * n_heads)
+    double matmul_flops = 0, dense_matmul_flops = 0;
+  };
+  const GateCounts& gate_counts() const { return gate_counts_; }
+
  private:
   using Rows = std::span<const StageRow>;
   struct SeqInfo {
     int32_t loops = 0;
     std::vector<int16_t> steps_run;  // per position: loop steps run (hole masking); reserved
                                      // to max_context at AddSequence
+    // L2A `mask` checkpoints: [layer][position] 1 if the token ran attention there (its K/V
+    // exist), else 0; each reserved to max_context. Empty otherwise.
+    std::vector<std::vector<int16_t>> attn_ran;
   };
 
   // One transformer block over x [n, E] in place; row i writes its K/V where the table says.
   // Its attention segments must have been resolved (ResolveAttention) for these rows.
   void Block(int32_t layer, Rows rows, float* x);
+  // Block of an L2A gate checkpoint (l2a_block.cc): the layer's router decides per row
+  // whether attention and MLP run and which heads are kept; rows that run a sub-layer are
+  // gathered into one matmul per weight and scattered back.
+  void GatedBlock(int32_t layer, Rows rows, float* x);
+  // Records, per row, positions' steps_run and (L2A mask) attn_ran entries up to r.pos.
+  void GrowPositions(KvManager::SeqId seq, int64_t end);
   void PreludeLayers(Rows rows, float* x, bool iterate);
   void IterateGroup(const IteratedGroup& g, Rows rows, float* x);
   Status CheckChunks(const std::vector<PrefillChunk>& chunks) const;
@@ -108,6 +128,7 @@ class StageRunner final : public Backend {
   int32_t num_slots_;
   std::unordered_map<KvManager::SeqId, SeqInfo> seqs_;
   RunState st_;  // every buffer, sized once (run_state.h)
+  GateCounts gate_counts_;
 };
 
 }  // namespace fathom

@@ -172,6 +172,7 @@ int64_t CountKeys(const PagedAttentionRow* rows, int64_t n_rows, const KeySegmen
 
 // A row the tile kernel can take: positions fit its int32 lanes.
 bool Tileable(const PagedAttentionRow& r, const KeySegment* segs) {
+  if (r.head_keep) return false;
   for (int32_t j = r.seg_begin; j < r.seg_end; ++j)
     if (segs[j].begin < 0 || segs[j].end > std::numeric_limits<int32_t>::max()) return false;
   return true;
@@ -179,6 +180,7 @@ bool Tileable(const PagedAttentionRow& r, const KeySegment* segs) {
 
 // Whether b's key list is a's up to where each segment ends.
 bool SameKeys(const PagedAttentionRow& a, const PagedAttentionRow& b, const KeySegment* segs) {
+  if (b.head_keep) return false;
   if (b.seg_end - b.seg_begin != a.seg_end - a.seg_begin) return false;
   for (int32_t j = 0; j < a.seg_end - a.seg_begin; ++j) {
     const KeySegment& x = segs[a.seg_begin + j];
@@ -195,6 +197,22 @@ void AttendRowAs(const AttentionShape& s, const PagedKvView& kv, const PagedAtte
                  const KeySegment* segments, int64_t kvh, int64_t group) {
   const int64_t hd = s.head_dim;
   UnitScratch& sc = Scratch();
+  if (row.head_keep) {  // pruned heads: zeros, and no work; the keys only if some head is kept
+    const uint8_t* keep = row.head_keep + kvh * group;
+    if (std::none_of(keep, keep + group, [](uint8_t k) { return k != 0; })) {
+      std::fill_n(row.out + kvh * group * hd, group * hd, 0.f);
+      return;
+    }
+    const int64_t n = GatherKeys<T>(kv, row, segments, kvh * hd, sc);
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t h = kvh * group + g;
+      if (keep[g])
+        AttendGathered<T>(row.q + h * hd, 1, hd, s.scale, n, sc, row.out + h * hd);
+      else
+        std::fill_n(row.out + h * hd, hd, 0.f);
+    }
+    return;
+  }
   const int64_t n = GatherKeys<T>(kv, row, segments, kvh * hd, sc);
   AttendGathered<T>(row.q + kvh * group * hd, group, hd, s.scale, n, sc, row.out + kvh * group * hd);
 }
@@ -289,6 +307,10 @@ void PagedAttentionReference(const AttentionShape& s, const PagedKvView& kv,
   for (int64_t i = 0; i < n_rows; ++i) {
     const PagedAttentionRow& r = rows[i];
     for (int64_t h = 0; h < s.n_heads; ++h) {
+      if (r.head_keep && !r.head_keep[h]) {
+        std::fill_n(r.out + h * hd, hd, 0.f);
+        continue;
+      }
       const int64_t off = (h / group) * hd;
       std::vector<int64_t> keys;  // element offsets of the visible keys' rows
       for (int32_t j = r.seg_begin; j < r.seg_end; ++j) {

@@ -42,6 +42,9 @@ struct PagedAttentionRow {
   const float* q = nullptr;  // [n_heads, head_dim]
   float* out = nullptr;      // [n_heads, head_dim]; zeros if no key is visible
   int32_t seg_begin = 0, seg_end = 0;  // indices into the segment array
+  // Optional [n_heads]: 0 = a pruned head (L2A), neither computed nor read: its output is
+  // zeros. Null: every head. Rows with a head mask always take the per-row path.
+  const uint8_t* head_keep = nullptr;
 };
 
 void PagedAttention(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow* rows,

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "model/family.h"
+#include "model/l2a.h"
 
 namespace fathom {
 
@@ -75,6 +76,7 @@ Result<ModelSpec> DenseSpec(const JsonFields& c, DenseKind kind) {
   s.n_prelude = static_cast<int32_t>(n_layers);
   family_util::AddLayers(s, StageKind::kPrelude, s.n_prelude,
                          [&](int32_t i) { return DenseLayerNames(i, qkv_bias, qk_norm); });
+  if (c.Has("l2a")) FATHOM_RETURN_IF_ERROR(ReadL2aConfig(c, s));  // gates (docs/L2A_FORMAT.md)
   return s;
 }
 

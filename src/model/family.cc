@@ -1,5 +1,7 @@
 #include "model/family.h"
 
+#include <algorithm>
+
 namespace fathom {
 
 // Defined in the family files.
@@ -42,6 +44,9 @@ Result<ModelSpec> SpecFromConfigFile(const std::string& config_path) {
                          "' (supported: " + known + ")");
   }
   FATHOM_ASSIGN_OR_RETURN(ModelSpec spec, family->spec_from_config(config));
+  if (config.Has("l2a") && !spec.l2a.enabled)
+    return Status::Error(config_path + ": field 'l2a': L2A gates are defined for the dense model types " +
+                         "llama, qwen2 and qwen3 only, not '" + model_type + "' (docs/L2A_FORMAT.md)");
   FATHOM_RETURN_IF_ERROR(family_util::ValidateSpec(spec, config_path));
   return spec;
 }
@@ -75,6 +80,18 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelSpec& s) {
       for (const std::string& g : n.gate_up) add(g, {I, E});
     }
     add(n.down, {E, I});
+    // L2A router and LoRA (docs/L2A_FORMAT.md).
+    const int64_t in = E + s.l2a.features(), G = s.l2a.outputs(s.n_heads), R = s.l2a.router_hidden;
+    add(n.router_fc1, {R > 0 ? R : G, in});
+    add(n.router_fc1_bias, {R > 0 ? R : G});
+    add(n.router_fc2, {G, R});
+    add(n.router_fc2_bias, {G});
+    for (const LayerNames::Lora& lora : n.lora) {
+      const auto base = std::find_if(out.begin(), out.end(), [&](const ExpectedTensor& t) { return t.name == lora.base; });
+      const Shape& w = base->shape;  // [out, in], declared above
+      add(lora.a, {s.l2a.lora_rank, w[1]});
+      add(lora.b, {w[0], s.l2a.lora_rank});
+    }
   }
   add(s.loop.adapter, {E, 2 * E});
   add(s.loop.exit_gate, {1, E});

@@ -24,15 +24,49 @@ class TensorSource {
     FATHOM_ASSIGN_OR_RETURN(TensorView v, Get(name));
     return v.ToF32();
   }
-  Result<Linear> MakeLinear(const std::vector<std::string>& names,
-                            const std::vector<std::string>& bias_names = {},
-                            WeightFormat format = WeightFormat::kCheckpoint) const {
+  // The weights of `names`, with LoRA adapters (L2A) merged: a part with an adapter becomes
+  // an owned f32 W + scale * B A, and then every part of the fused Linear is converted to
+  // f32 too (the parts of one Linear share a dtype). `owned` keeps those copies alive.
+  Result<std::vector<TensorView>> Weights(const std::vector<std::string>& names,
+                                          const std::vector<LayerNames::Lora>& lora, double scale,
+                                          std::vector<std::vector<float>>& owned) const {
     std::vector<TensorView> ws;
-    std::vector<TensorView> bs;
+    bool any = false;
     for (const std::string& n : names) {
       FATHOM_ASSIGN_OR_RETURN(TensorView v, Get(n));
       ws.push_back(v);
+      for (const LayerNames::Lora& l : lora) any |= l.base == n;
     }
+    if (!any) return ws;
+    owned.reserve(names.size());  // views point into it
+    for (size_t i = 0; i < names.size(); ++i) {
+      std::vector<float>& w = owned.emplace_back(ws[i].ToF32());
+      for (const LayerNames::Lora& l : lora) {
+        if (l.base != names[i]) continue;
+        FATHOM_ASSIGN_OR_RETURN(TensorView av, Get(l.a));  // [r, in]
+        FATHOM_ASSIGN_OR_RETURN(TensorView bv, Get(l.b));  // [out, r]
+        const std::vector<float> a = av.ToF32(), b = bv.ToF32();
+        const int64_t out = ws[i].dim(0), in = ws[i].dim(1), r = av.dim(0);
+        for (int64_t o = 0; o < out; ++o)
+          for (int64_t k = 0; k < r; ++k) {
+            const float s = static_cast<float>(scale) * b[static_cast<size_t>(o * r + k)];
+            const float* ar = a.data() + k * in;
+            float* wr = w.data() + o * in;
+            for (int64_t j = 0; j < in; ++j) wr[j] += s * ar[j];
+          }
+      }
+      ws[i] = TensorView{DType::kF32, ws[i].shape, w.data()};
+    }
+    return ws;
+  }
+
+  Result<Linear> MakeLinear(const std::vector<std::string>& names,
+                            const std::vector<std::string>& bias_names = {},
+                            WeightFormat format = WeightFormat::kCheckpoint,
+                            const std::vector<LayerNames::Lora>& lora = {}, double lora_scale = 0) const {
+    std::vector<std::vector<float>> owned;
+    FATHOM_ASSIGN_OR_RETURN(std::vector<TensorView> ws, Weights(names, lora, lora_scale, owned));
+    std::vector<TensorView> bs;
     for (const std::string& n : bias_names) {
       FATHOM_ASSIGN_OR_RETURN(TensorView v, Get(n));
       bs.push_back(v);
@@ -42,6 +76,28 @@ class TensorSource {
     auto lin = Linear::Create(ws, bias_ptrs, format);
     if (!lin.ok()) return lin.status().WithContext(dir_ + ": tensor '" + names[0] + "'");
     return lin;
+  }
+
+  // o_proj [E, H D] as H Linears [E, D], one per query head (L2A head gates).
+  Result<std::vector<Linear>> PerHeadLinears(const std::string& name, int64_t heads, WeightFormat format,
+                                             const std::vector<LayerNames::Lora>& lora, double lora_scale) const {
+    std::vector<std::vector<float>> owned;
+    FATHOM_ASSIGN_OR_RETURN(std::vector<TensorView> ws, Weights({name}, lora, lora_scale, owned));
+    const TensorView& w = ws[0];
+    const int64_t rows = w.dim(0), cols = w.dim(1), d = cols / heads;
+    const size_t es = DTypeSize(w.dtype);
+    std::vector<Linear> out;
+    std::vector<uint8_t> slice(static_cast<size_t>(rows * d) * es);
+    for (int64_t h = 0; h < heads; ++h) {
+      const auto* src = static_cast<const uint8_t*>(w.data);
+      for (int64_t r = 0; r < rows; ++r)
+        std::copy_n(src + static_cast<size_t>(r * cols + h * d) * es, static_cast<size_t>(d) * es,
+                    slice.data() + static_cast<size_t>(r * d) * es);
+      auto lin = Linear::Create({TensorView{w.dtype, {rows, d}, slice.data()}}, {}, format);
+      if (!lin.ok()) return lin.status().WithContext(dir_ + ": tensor '" + name + "', head " + std::to_string(h));
+      out.push_back(std::move(lin).value());
+    }
+    return out;
   }
 
  private:
@@ -91,7 +147,8 @@ Result<LayerWeights> LoadLayer(const ModelSpec& spec, const LayerNames& n, const
   FATHOM_ASSIGN_OR_RETURN(w.mlp_in_norm, src.F32(n.mlp_in_norm));
   FATHOM_ASSIGN_OR_RETURN(w.mlp_out_norm, src.F32(n.mlp_out_norm));
   FATHOM_ASSIGN_OR_RETURN(w.mlp_post_norm, src.F32(n.mlp_post_norm));
-  FATHOM_ASSIGN_OR_RETURN(w.qkv, src.MakeLinear(n.qkv, n.qkv_bias, format));
+  const double lora_scale = spec.l2a.lora_rank > 0 ? spec.l2a.lora_alpha / spec.l2a.lora_rank : 0.0;
+  FATHOM_ASSIGN_OR_RETURN(w.qkv, src.MakeLinear(n.qkv, n.qkv_bias, format, n.lora, lora_scale));
   FATHOM_ASSIGN_OR_RETURN(w.q_norm, src.F32(n.q_norm));
   FATHOM_ASSIGN_OR_RETURN(w.k_norm, src.F32(n.k_norm));
   if (!n.qk_bias.empty()) {
@@ -104,13 +161,28 @@ Result<LayerWeights> LoadLayer(const ModelSpec& spec, const LayerNames& n, const
       return Status::Error("tensor '" + n.qk_bias + "': qk_bias needs as many key/value heads " +
                            "as attention heads");
   }
-  FATHOM_ASSIGN_OR_RETURN(w.o, src.MakeLinear({n.o_proj}, {}, format));
-  FATHOM_ASSIGN_OR_RETURN(w.gate_up, src.MakeLinear(n.gate_up, {}, format));
-  FATHOM_ASSIGN_OR_RETURN(w.down, src.MakeLinear({n.down}, {}, format));
+  if (spec.l2a.gate_heads) {
+    FATHOM_ASSIGN_OR_RETURN(w.o_heads, src.PerHeadLinears(n.o_proj, spec.n_heads, format, n.lora, lora_scale));
+  } else {
+    FATHOM_ASSIGN_OR_RETURN(w.o, src.MakeLinear({n.o_proj}, {}, format, n.lora, lora_scale));
+  }
+  FATHOM_ASSIGN_OR_RETURN(w.gate_up, src.MakeLinear(n.gate_up, {}, format, n.lora, lora_scale));
+  FATHOM_ASSIGN_OR_RETURN(w.down, src.MakeLinear({n.down}, {}, format, n.lora, lora_scale));
+  FATHOM_ASSIGN_OR_RETURN(w.router_fc1, src.F32(n.router_fc1));
+  FATHOM_ASSIGN_OR_RETURN(w.router_fc1_bias, src.F32(n.router_fc1_bias));
+  FATHOM_ASSIGN_OR_RETURN(w.router_fc2, src.F32(n.router_fc2));
+  FATHOM_ASSIGN_OR_RETURN(w.router_fc2_bias, src.F32(n.router_fc2_bias));
   return w;
 }
 
 }  // namespace
+
+std::vector<Linear*> LayerWeights::linears() {
+  std::vector<Linear*> out = {&qkv, &gate_up, &down};
+  if (o_heads.empty()) out.push_back(&o);
+  for (Linear& h : o_heads) out.push_back(&h);
+  return out;
+}
 
 Result<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOptions& opt) {
   auto m = std::make_unique<Model>();
@@ -142,7 +214,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOpt
   }
   if (opt.split_bf16_activations) {
     for (LayerWeights& l : w.layers)
-      for (Linear* lin : {&l.qkv, &l.o, &l.gate_up, &l.down}) lin->set_split_bf16_activations(true);
+      for (Linear* lin : l.linears()) lin->set_split_bf16_activations(true);
     w.lm_head.set_split_bf16_activations(true);
     w.adapter.set_split_bf16_activations(true);
   }
@@ -150,7 +222,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOpt
     std::vector<Linear*> all = {&w.lm_head};
     if (!spec.loop.adapter.empty()) all.push_back(&w.adapter);
     for (LayerWeights& l : w.layers)
-      for (Linear* lin : {&l.qkv, &l.o, &l.gate_up, &l.down}) all.push_back(lin);
+      for (Linear* lin : l.linears()) all.push_back(lin);
     for (Linear* lin : all) FATHOM_RETURN_IF_ERROR(lin->MakeBatchInvariant().WithContext(dir));
   }
   m->rope_ = RopeTable(spec.head_dim, spec.rope_theta, std::min<int64_t>(spec.max_positions, 65536));
@@ -159,8 +231,9 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOpt
 
 namespace {
 size_t LayerBytes(const LayerWeights& l) {
-  return l.qkv.weight_bytes() + l.o.weight_bytes() + l.gate_up.weight_bytes() +
-         l.down.weight_bytes();
+  size_t b = l.qkv.weight_bytes() + l.o.weight_bytes() + l.gate_up.weight_bytes() + l.down.weight_bytes();
+  for (const Linear& h : l.o_heads) b += h.weight_bytes();
+  return b;
 }
 }  // namespace
 

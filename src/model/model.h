@@ -6,7 +6,9 @@
 // expected versus found. Matmul weights are prepacked into memory fathom owns (matmul.h),
 // in the checkpoint's dtype or, with LoadOptions::weights = kInt8, quantized to int8 per
 // output channel; norms and small vectors are converted to f32. The embedding table stays
-// memory-mapped (a decode step touches one row of it).
+// memory-mapped (a decode step touches one row of it). L2A gate checkpoints
+// (docs/L2A_FORMAT.md) add per-layer routers, and their LoRA adapters are merged into the
+// base weights here (W + alpha / r * B A, in f32).
 #pragma once
 
 #include <memory>
@@ -31,6 +33,15 @@ struct LayerWeights {
   Linear o;                           // [E, q_dim]
   Linear gate_up;                     // [2 I, E]: rows gate | up
   Linear down;                        // [E, I]
+  // L2A router (docs/L2A_FORMAT.md), f32 copies run in double: fc1 [R, E+F] + bias [R] and
+  // fc2 [G, R] + bias [G]; a linear router has fc1 [G, E+F] + bias [G] only. Empty: no gates.
+  std::vector<float> router_fc1, router_fc1_bias, router_fc2, router_fc2_bias;
+  // With head gates, o_proj split by query head: o_heads[h] = o_proj[:, h D, (h+1) D) [E, D],
+  // so a pruned head's columns are never applied; `o` is then left empty.
+  std::vector<Linear> o_heads;
+
+  // Every matmul of the block (qkv, o or o_heads, gate_up, down).
+  std::vector<Linear*> linears();
 };
 
 struct ModelWeights {

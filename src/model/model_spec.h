@@ -42,6 +42,14 @@ struct LayerNames {
   std::string o_proj;
   std::vector<std::string> gate_up;   // {gate, up} or one fused {fc}: rows gate | up
   std::string down;
+  // L2A (docs/L2A_FORMAT.md); empty without gates. Router: fc1 [R, E+F] (+ bias), fc2 [G, R]
+  // (+ bias); a linear router (R = 0) has only fc1 [G, E+F] (+ bias).
+  std::string router_fc1, router_fc1_bias, router_fc2, router_fc2_bias;
+  // LoRA adapters merged at load: base weight name (one of the names above) -> A [r, in], B [out, r].
+  struct Lora {
+    std::string base, a, b;
+  };
+  std::vector<Lora> lora;
 };
 
 enum class StageKind { kPrelude, kCore, kCoda };
@@ -111,6 +119,30 @@ struct LoopSpec {
   std::string exit_gate, exit_gate_bias;  // Ouro: model.early_exit_gate.{weight,bias}
 };
 
+// L2A gates (docs/L2A_FORMAT.md): per token and layer, a router reading the layer's normed
+// input and an embedding of the budget b decides whether the attention and MLP sub-layers
+// run and which query heads are kept. Dense families only.
+enum class SkippedKv {
+  kCompute,  // a token that skips attention still writes its K/V; later tokens read them
+  kMask,     // it writes none, and no later token sees its position at that layer
+};
+struct L2aSpec {
+  bool enabled = false;
+  bool gate_attention = false, gate_mlp = false, gate_heads = false;
+  int32_t router_hidden = 0;    // R; 0: a linear router
+  int32_t budget_features = 0;  // K: phi(b) has 2K + 1 entries
+  SkippedKv skipped_kv = SkippedKv::kCompute;
+  int32_t lora_rank = 0;        // 0: no LoRA
+  double lora_alpha = 0;
+  std::vector<std::string> lora_targets;  // q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
+
+  int64_t features() const { return 2 * int64_t{budget_features} + 1; }  // F
+  // G: router outputs, in the order attention, mlp, heads 0 .. H-1 (those gated).
+  int64_t outputs(int64_t n_heads) const {
+    return (gate_attention ? 1 : 0) + (gate_mlp ? 1 : 0) + (gate_heads ? n_heads : 0);
+  }
+};
+
 struct ModelSpec {
   std::string model_type;  // config.json model_type
   int64_t hidden = 0;      // E
@@ -129,6 +161,7 @@ struct ModelSpec {
   int32_t n_prelude = 0, n_core = 0, n_coda = 0;
   LoopSpec loop;
   PromptIteration prompt_iteration;  // LCKV; inactive for every other family
+  L2aSpec l2a;                       // gates; disabled unless config.json has an `l2a` block
   bool before_head_norm = true;  // false for Ouro: its state is normed at the end of each step
 
   std::string embed_name, final_norm_name, lm_head_name;

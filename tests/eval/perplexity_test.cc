@@ -131,6 +131,44 @@ TempDir* EvalReference::dir_ = nullptr;
 std::set<std::string> EvalReference::made_;
 std::map<std::string, std::unique_ptr<Model>> EvalReference::models_;
 
+// An L2A gate checkpoint (docs/L2A_FORMAT.md, `mask` K/V, all three gates): every token,
+// prompt and decode, at budget b through the KV cache, against reference.py --perplexity
+// --budget b; the gates' counts show the budget moves compute.
+TEST_F(EvalReference, L2aGatesMatchReferenceAtEachBudget) {
+  TempDir dir;
+  testing::MakeUpstreamTinyModel("llama", dir / "model", DType::kF32,
+                                 "--seed 3 --l2a-gates attention,mlp,heads --l2a-kv mask");
+  auto m = Model::Load(dir / "model");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const auto ids = Ids();
+  double low_fraction = 0;
+  for (double b : {0.2, 1.0}) {
+    SCOPED_TRACE("budget " + std::to_string(b));
+    TempDir out;
+    testing::RunReference(dir / "model", ids, 0, out.path(),
+                          "--perplexity --context " + std::to_string(kContext) + " --budget " + std::to_string(b));
+    Ref ref;
+    ref.nll = testing::ReadF32File(out / "nll.f32");
+    ref.depths = testing::ReadF32File(out / "nll_depths.f32");
+    std::ifstream f(out / "perplexity.json");
+    ref.perplexity = nlohmann::json::parse(f)["perplexity"].get<double>();
+    PerplexityOptions opt;
+    opt.kv_dtype = DType::kF32;
+    opt.context = kContext;
+    opt.keep_tokens = true;
+    opt.budget = b;
+    auto got = EvaluatePerplexity(**m, ids, opt);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    ExpectMatch(*got, ref, false);
+    EXPECT_GT(got->matmul_fraction, 0.0);
+    EXPECT_LT(got->matmul_fraction, 1.0);
+    if (b == 0.2) low_fraction = got->matmul_fraction;
+    if (b == 1.0) {
+      EXPECT_NE(got->matmul_fraction, low_fraction);
+    }
+  }
+}
+
 TEST_F(EvalReference, DenseMatchesReference) {
   const auto ids = Ids();
   for (const char* family : {"llama", "qwen3"}) {
@@ -364,7 +402,10 @@ TEST_F(EvalReference, CliErrorsNameTheFileOrFlag) {
   expect(Eval("--ids-file " + work / "bad.txt" + model), 1, {"--ids-file", "bad.txt", "'x3'"});
   expect(Eval("--text-file " + work / "text.txt" + model), 1, {"no tokenizer.json", "--ids-file"});
   expect(Eval(model), 2, {"--text-file", "--ids-file"});
-  expect(Eval("--ids-file " + work / "bad.txt" + model + " --budget 0.5"), 2, {"--budget", "--exit-threshold"});
+  // --budget on a looped model scales an exit threshold; without one (and not an L2A gate
+  // checkpoint, whose routers read b) it is an error.
+  WriteText(work / "ids.txt", "1 2 3 4");
+  expect(Eval("--ids-file " + work / "ids.txt" + model + " --budget 0.5"), 1, {"budget", "exit threshold", "L2A"});
   expect(Eval("--ids-file " + work / "bad.txt" + model + " --layout diagonal"), 2, {"--layout"});
   // One token of text: the tokenizer gives fewer than 2 ids.
   WriteByteTokenizer(ModelDir("ouro"));

@@ -3,13 +3,22 @@ r"""Tiny random checkpoints with the exact upstream tensor names, plus the refer
 
     /usr/bin/python3 tests/reference/make_tiny.py --family {llama,qwen2,qwen3,ouro,huginn,lckv} \
         --out DIR [--dtype f32|bf16|f16] [--seed N] [--tied] [--shards N]
+    /usr/bin/python3 tests/reference/make_tiny.py --family {llama,qwen2,qwen3} --out DIR ... \
+        --l2a-gates attention,mlp,heads [--l2a-router-hidden R] [--l2a-budget-features K] \
+        [--l2a-kv compute|mask] [--l2a-lora-rank r [--l2a-lora-alpha A] [--l2a-lora-targets q_proj,...]] \
+        [--l2a-force on|off|none]
     /usr/bin/python3 tests/reference/make_tiny.py --selftest [--work DIR]
     /usr/bin/python3 tests/reference/make_tiny.py --selftest-layouts [--work DIR]
+    /usr/bin/python3 tests/reference/make_tiny.py --selftest-l2a [--work DIR]
+
+--l2a-gates makes an L2A gate checkpoint (docs/L2A_FORMAT.md; add_l2a): routers calibrated
+on the tiny model so that decisions vary across tokens, layers and budgets, optional LoRA.
 
 --selftest makes checkpoints for every family and checks reference.py against an
 independent float64 numpy formulation (per-head, per-position loops, complex-number RoPE
 for Huginn), incremental (KV cache, one token per call) against full-prompt forwards,
-Ouro's pdf sums, the CLI and the on-disk formats; it ends with the layout checks.
+Ouro's pdf sums, the CLI and the on-disk formats, the L2A gate checkpoints (selftest_l2a,
+against np_l2a_dense; --selftest-l2a runs only these); it ends with the layout checks.
 --selftest-layouts runs only those: reference.run_layout / --decode-ids (teacher-forced
 decode under a KV layout with scripted exit depths) against NpLayoutDecode, an independent
 float64 formulation, plus relations between layouts and the full forward.
@@ -189,9 +198,119 @@ def make_model(family, seed=0, tied=False):
     raise ValueError(family)
 
 
-def make(family, out, dtype="f32", seed=0, tied=False, shards=1):
+def make(family, out, dtype="f32", seed=0, tied=False, shards=1, l2a=None):
+    """l2a: None, or add_l2a's keyword options (an L2A gate checkpoint on a dense family)."""
     cfg, T = make_model(family, seed, tied)
+    if l2a is not None:
+        add_l2a(cfg, T, seed=seed, **l2a)
     save_checkpoint(out, cfg, T, dtype, shards)
+    return cfg, T
+
+
+# ----------------------------------------------------------------------------------------
+# L2A gate checkpoints (docs/L2A_FORMAT.md): routers and LoRA on a dense tiny model
+# ----------------------------------------------------------------------------------------
+
+L2A_DENSE = ("llama", "qwen2", "qwen3")
+CALIB_BUDGETS = (0.2, 0.5, 1.0)
+
+
+def add_l2a(cfg, T, gates, router_hidden=16, budget_features=2, kv="compute", lora_rank=0, lora_alpha=None,
+            lora_targets=("q_proj", "v_proj"), force="none", seed=0):
+    """Add the `l2a` block to cfg and the router (and LoRA) tensors to T, in place.  The base
+    tensors are left unchanged (a separate generator), so the same seed without L2A gives
+    the base model.
+
+    Random routers are calibrated on the model itself: a random 64-token sequence runs
+    through the gated model at b = 0.5 (reference.l2a_dense_layer, LoRA merged), and for
+    each layer in turn, on that layer's real normed inputs, each router output is scaled
+    so that its token-dependent part has std 1.5 and given the final bias that puts its
+    median at 0 (half the gates on at b = 0.5; the bias lies halfway between the two middle
+    logits, so no calibration token sits on the threshold).  The budget moves the logits by about
+    as much: the phi(b) columns carry much larger weights than the h columns, with a
+    monotone part (more gates on at larger b): +1.5 on the b column of a linear router; a
+    hidden unit silu(1.5 b) with weight +1 into every output of an MLP router.
+    force "on" / "off": final bias +30 / -30, every gate on / off."""
+    if cfg["model_type"] not in L2A_DENSE:
+        raise ValueError(f"L2A gates: only {', '.join(L2A_DENSE)} (not {cfg['model_type']})")
+    gates = list(gates)
+    if not gates or any(x not in ref.L2A_GATES for x in gates) or len(set(gates)) != len(gates):
+        raise ValueError(f"--l2a-gates: a non-empty subset of {','.join(ref.L2A_GATES)}, got {','.join(gates)}")
+    if router_hidden < 0 or not 0 <= budget_features <= 64:
+        raise ValueError("--l2a-router-hidden must be >= 0 and --l2a-budget-features in [0, 64]")
+    if kv not in ref.L2A_KV or force not in ("on", "off", "none"):
+        raise ValueError(f"--l2a-kv {kv!r} / --l2a-force {force!r}")
+    block = {"version": 1, "gates": gates, "router_hidden": router_hidden, "budget_features": budget_features}
+    if "attention" in gates:
+        block["skipped_attention_kv"] = kv
+    if lora_rank:
+        targets = list(lora_targets)
+        if lora_rank < 1 or not targets or any(t not in ref.LORA_TARGETS for t in targets) \
+                or len(set(targets)) != len(targets):
+            raise ValueError(f"--l2a-lora-rank >= 1 and --l2a-lora-targets from {','.join(ref.LORA_TARGETS)}")
+        alpha = float(2 * lora_rank if lora_alpha is None else lora_alpha)
+        if not alpha > 0:
+            raise ValueError("--l2a-lora-alpha must be > 0")
+        block["lora"] = {"rank": lora_rank, "alpha": alpha, "targets": targets}
+    cfg["l2a"] = block
+    spec = ref.l2a_config(cfg)
+    g = torch.Generator().manual_seed(1_000_003 + 7919 * seed)
+    E = cfg["hidden_size"]
+    K, R, G = budget_features, router_hidden, len(spec["outputs"])
+    F = 2 * K + 1
+    L = cfg["num_hidden_layers"]
+    if lora_rank:
+        scale = alpha / lora_rank
+        for i in range(L):
+            for t in block["lora"]["targets"]:
+                base = f"model.layers.{i}." + ref._lora_prefix(t) + t
+                o, n = T[base + ".weight"].shape
+                # random non-zero B (PEFT initialises it to zero); the merged delta is ~0.3 of W
+                T[base + ".lora_A.weight"] = torch.randn(lora_rank, n, generator=g) / math.sqrt(n)
+                T[base + ".lora_B.weight"] = torch.randn(o, lora_rank, generator=g) * (0.3 / (scale * math.sqrt(lora_rank)))
+    # the model the routers are calibrated on: LoRA merged (reference.l2a_prepare's formula)
+    Wc = {n: t for n, t in T.items() if ".lora_" not in n}
+    for n in T:
+        if n.endswith(".lora_A.weight"):
+            base = n[: -len(".lora_A.weight")]
+            Wc[base + ".weight"] = T[base + ".weight"] + scale * (T[base + ".lora_B.weight"] @ T[n])
+    cal = torch.randperm(cfg["vocab_size"], generator=g)[:64]  # distinct ids: distinct layer-0 logits
+    x = Wc["model.embed_tokens.weight"][cal]
+    phis = {b: ref.l2a_phi(b, K) for b in CALIB_BUDGETS}
+    cache, positions, eps = {}, torch.arange(cal.shape[0]), cfg["rms_norm_eps"]
+    for i in range(L):
+        p = f"model.layers.{i}."
+        rp = p + "l2a_router."
+        h = ref.rms_norm(x, Wc[p + "input_layernorm.weight"], eps)
+        if R > 0:
+            w1 = torch.cat([torch.randn(R, E, generator=g) / math.sqrt(E), 0.3 * torch.randn(R, F, generator=g)], 1)
+            b1 = 0.3 * torch.randn(R, generator=g)
+            w1[0], b1[0] = 0.0, 0.0
+            w1[0, E] = 1.5  # hidden unit 0 reads the budget alone: silu(1.5 b), increasing on [0, 1]
+            w2 = torch.randn(G, R, generator=g) / math.sqrt(R)
+            w2[:, 0] = 0.0
+            Wc.update({rp + "fc1.weight": w1, rp + "fc1.bias": b1, rp + "fc2.weight": w2, rp + "fc2.bias": torch.zeros(G)})
+            z = ref.l2a_router(Wc, spec, i, h, phis[0.5])
+            w2 *= (1.5 / z.std(0).clamp_min(1e-3)).to(torch.float32)[:, None]
+            w2[:, 0] = 1.0
+            bname = rp + "fc2.bias"
+        else:
+            w = torch.cat([torch.randn(G, E, generator=g) / math.sqrt(E), 0.5 * torch.randn(G, F, generator=g)], 1)
+            Wc.update({rp + "fc.weight": w, rp + "fc.bias": torch.zeros(G)})
+            z = ref.l2a_router(Wc, spec, i, h, phis[0.5])
+            w[:, :E] *= (1.5 / z.std(0).clamp_min(1e-3)).to(torch.float32)[:, None]
+            w[:, E] += 1.5  # the b column: more gates on at larger b
+            bname = rp + "fc.bias"
+        zs = ref.l2a_router(Wc, spec, i, h, phis[0.5]).sort(0).values  # [64, G]
+        Wc[bname] = -(0.5 * (zs[31] + zs[32])).to(torch.float32)  # between the middle two: no logit exactly 0
+        x, _ = ref.l2a_dense_layer(Wc, cfg, spec, i, x, positions, cache, ("layer", i), 0, phis[0.5])
+        if force != "none":
+            Wc[bname] = torch.zeros(G)
+            rest = max(float(ref.l2a_router(Wc, spec, i, h, phi).abs().max()) for phi in phis.values())
+            if rest > 15.0:
+                raise AssertionError(f"router logits reach {rest:.1f}: a +-30 bias may not force them")
+            Wc[bname] = torch.full((G,), 30.0 if force == "on" else -30.0)
+        T.update({n: t for n, t in Wc.items() if n.startswith(rp)})
     return cfg, T
 
 
@@ -356,6 +475,103 @@ def np_huginn(W, cfg, ids, R, x0):
         kls.append((prev * (np.log(prev) - np.log(pr))).sum(-1))
         prev = pr
     return logits, np.array(diffs), np.array(kls)
+
+
+# ----------------------------------------------------------------------------------------
+# Independent float64 formulation of an L2A gate checkpoint's forward.
+# ----------------------------------------------------------------------------------------
+
+_ATTN_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def np_l2a_merge(Wn, cfg):
+    """LoRA merged in float64: W + (alpha / r) B A; lora tensors dropped."""
+    lora = cfg["l2a"].get("lora")
+    W = {n: t for n, t in Wn.items() if ".lora_" not in n}
+    if lora:
+        s = lora["alpha"] / lora["rank"]
+        for i in range(cfg["num_hidden_layers"]):
+            for t in lora["targets"]:
+                base = f"model.layers.{i}." + ("self_attn." if t in _ATTN_TARGETS else "mlp.") + t
+                W[base + ".weight"] = Wn[base + ".weight"] + s * (Wn[base + ".lora_B.weight"] @ Wn[base + ".lora_A.weight"])
+    return W
+
+
+def np_phi(b, K):
+    v = [b]
+    for k in range(1, K + 1):
+        v += [math.sin(k * math.pi * b), math.cos(k * math.pi * b)]
+    return np.array(v, dtype=np.float64).astype(np.float32).astype(np.float64)
+
+
+def np_l2a_dense(Wn, cfg, ids, b):
+    """Gated forward, token by token and head by head.  Wn: the checkpoint's tensors
+    (float64, LoRA unmerged).  Returns (logits [S, V], z [L, S, G], decisions [L, S, G])."""
+    spec = cfg["l2a"]
+    gates = spec["gates"]
+    E, H, Hkv, D = ref.dense_dims(cfg)
+    eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
+    W = np_l2a_merge(Wn, cfg)
+    phi = np_phi(b, spec["budget_features"])
+    c_attn = 0 if "attention" in gates else None
+    c_mlp = int("attention" in gates) if "mlp" in gates else None
+    c_head = int("attention" in gates) + int("mlp" in gates) if "heads" in gates else None
+    mask = "attention" in gates and spec["skipped_attention_kv"] == "mask"
+    x = W["model.embed_tokens.weight"][ids]
+    S = len(ids)
+    Z = []
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        r = p + "l2a_router."
+        hn = np_rms(x, W[p + "input_layernorm.weight"], eps)
+        z = []
+        for s in range(S):
+            u = np.concatenate([hn[s], phi])
+            if spec["router_hidden"] > 0:
+                z.append(W[r + "fc2.weight"] @ np_silu(W[r + "fc1.weight"] @ u + W[r + "fc1.bias"]) + W[r + "fc2.bias"])
+            else:
+                z.append(W[r + "fc.weight"] @ u + W[r + "fc.bias"])
+        z = np.array(z)
+        Z.append(z)
+        attn = [c_attn is None or z[s, c_attn] > 0 for s in range(S)]
+        mlp = [c_mlp is None or z[s, c_mlp] > 0 for s in range(S)]
+        keep = [[c_head is None or z[s, c_head + h] > 0 for h in range(H)] for s in range(S)]
+        bias = lambda n: W.get(p + n, 0.0)  # noqa: E731
+        q = hn @ W[p + "self_attn.q_proj.weight"].T + bias("self_attn.q_proj.bias")
+        k = hn @ W[p + "self_attn.k_proj.weight"].T + bias("self_attn.k_proj.bias")
+        v = hn @ W[p + "self_attn.v_proj.weight"].T + bias("self_attn.v_proj.bias")
+
+        def head_vec(m, s, h, norm):
+            vec = m[s, h * D:(h + 1) * D]
+            if p + norm in W:
+                vec = np_rms(vec, W[p + norm], eps)
+            return np_rope_half(vec, s, theta)
+
+        Wo = W[p + "self_attn.o_proj.weight"]
+        xa = x.copy()
+        for s in range(S):
+            if not attn[s] or not any(keep[s]):
+                continue  # the residual passes unchanged
+            keys = [t for t in range(s + 1) if not mask or attn[t]]  # mask: skipped positions invisible
+            o = np.array(bias("self_attn.o_proj.bias"), dtype=np.float64) + np.zeros(E)
+            for h in range(H):
+                if not keep[s][h]:
+                    continue  # pruned: its o_proj columns are not applied
+                g = h // (H // Hkv)
+                qv = head_vec(q, s, h, "self_attn.q_norm.weight")
+                sc = np.array([qv @ head_vec(k, t, g, "self_attn.k_norm.weight") for t in keys]) / math.sqrt(D)
+                pr = np.exp(sc - sc.max())
+                pr /= pr.sum()
+                yh = sum(pr[n] * v[t, g * D:(g + 1) * D] for n, t in enumerate(keys))
+                o = o + Wo[:, h * D:(h + 1) * D] @ yh
+            xa[s] = x[s] + o
+        x = xa.copy()
+        for s in range(S):
+            if mlp[s]:
+                x[s] = xa[s] + np_dense_mlp(W, p, np_rms(xa[s:s + 1], W[p + "post_attention_layernorm.weight"], eps))[0]
+    logits = np_head(W, np_rms(x, W["model.norm.weight"], eps), "model.embed_tokens.weight")
+    Z = np.array(Z)
+    return logits, Z, (Z > 0).astype(np.float64)
 
 
 # ----------------------------------------------------------------------------------------
@@ -525,11 +741,245 @@ def selftest(work):
                     "--incremental"], check=True)
     ck.true("dense meta", json.load(open(os.path.join(dd, "meta.json")))["files"] == {"logits.f32": [3, 256]})
 
+    selftest_l2a(work, ck)
+
     print(f"\n{ck.count - len(ck.failures)}/{ck.count} checks passed")
     if ck.failures:
         print("FAILED:", ck.failures)
         return 1
     return 0
+
+
+# ----------------------------------------------------------------------------------------
+# L2A self-test (part of --selftest; alone: --selftest-l2a)
+# ----------------------------------------------------------------------------------------
+
+L2A_CASES = [  # (tag, family, dtype, tied, add_l2a options)
+    ("qwen3-all-mlp-compute-lora", "qwen3", "f32", False,
+     dict(gates=["attention", "mlp", "heads"], router_hidden=16, budget_features=2, kv="compute", lora_rank=4,
+          lora_alpha=8.0, lora_targets=list(ref.LORA_TARGETS))),
+    ("llama-all-linear-mask-lora-bf16", "llama", "bf16", False,
+     dict(gates=["heads", "mlp", "attention"], router_hidden=0, budget_features=3, kv="mask", lora_rank=2,
+          lora_alpha=3.0, lora_targets=["q_proj", "v_proj", "down_proj"])),
+    ("qwen2-attn-mlp-mask-tied", "qwen2", "f32", True,
+     dict(gates=["attention", "mlp"], router_hidden=8, budget_features=0, kv="mask")),
+    ("qwen3-attn-linear-compute-f16", "qwen3", "f16", False,
+     dict(gates=["attention"], router_hidden=0, budget_features=2, kv="compute")),
+    ("llama-heads", "llama", "f32", False, dict(gates=["heads"], router_hidden=16, budget_features=1)),
+]
+L2A_IDS = [3, 17, 200, 5, 99, 42, 7, 128, 61]
+
+
+def strip_l2a(W, cfg):
+    """The base model of a prepared L2A checkpoint: no l2a block, no router tensors."""
+    return ({n: t for n, t in W.items() if ".l2a_router." not in n}, {k: v for k, v in cfg.items() if k != "l2a"})
+
+
+def expect_error(ck, name, fn, needle=""):
+    try:
+        fn()
+    except (SystemExit, ValueError) as e:
+        msg = str(e)
+        ok = (not isinstance(e, SystemExit) or e.code not in (0, None)) and needle.lower() in msg.lower()
+        ck.true(f"rejects {name}", ok, msg[:110])
+        return
+    ck.true(f"rejects {name}", False, "(no error)")
+
+
+def selftest_l2a(work, ck):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        l2a_checks(work, ck)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def l2a_checks(work, ck):
+    """L2A gate checkpoints: reference.py against np_l2a_dense, forced routers against the
+    base model and the embedding-only model, incremental / chunked against full, the CLI."""
+    ids = torch.tensor(L2A_IDS)
+    S, budgets = len(L2A_IDS), (0.0, 0.2, 0.5, 1.0)
+    for n, (tag, family, dtype, tied, opts) in enumerate(L2A_CASES):
+        print(f"== l2a {tag}")
+        d = os.path.join(work, "l2a-" + tag)
+        make(family, d, dtype, seed=40 + n, tied=tied, l2a=opts)
+        W, cfg = ref.load_model(d)
+        Wn = {k: t.double().numpy() for k, t in ref.load_checkpoint(d).items()}
+        dec, fr = {}, []
+        for b in budgets:
+            out = ref.run(W, cfg, ids, budget=b)
+            lg, z, ds = np_l2a_dense(Wn, cfg, L2A_IDS, b)
+            ck.close(f"{tag} b={b} logits vs numpy f64", out["logits"], lg, 1e-4)
+            ck.close(f"{tag} b={b} router logits vs numpy f64", out["l2a_router_logits"], z, 1e-5)
+            ck.close(f"{tag} b={b} decisions vs numpy f64", out["l2a_decisions"], ds, 0)
+            margin = float(np.abs(z).min())
+            inc = ref.run(W, cfg, ids, budget=b, incremental=True)
+            ch = ref.run(W, cfg, ids, budget=b, chunk=4)
+            for mode, o in (("incremental", inc), ("chunk 4", ch)):
+                ck.close(f"{tag} b={b} {mode} == full: logits", o["logits"], out["logits"], 1e-4)
+                ck.true(f"{tag} b={b} {mode} == full: decisions",
+                        torch.equal(o["l2a_decisions"], out["l2a_decisions"]))
+            dec[b] = out["l2a_decisions"]
+            fr.append(float(dec[b].mean()))
+            print(f"     b={b}: {100 * fr[-1]:.0f}% on, min |z| {margin:.1e}")
+        x = dec[0.2]
+        ck.true(f"{tag}: decisions differ between b=0.2 and b=1.0", not torch.equal(dec[0.2], dec[1.0]),
+                f"{int((dec[0.2] != dec[1.0]).sum())} of {dec[0.2].numel()} differ")
+        ck.true(f"{tag}: decisions vary across tokens and layers",
+                bool(((x.amax(1) - x.amin(1)) > 0).any()) and not torch.equal(x[0], x[1]))
+        ck.true(f"{tag}: 20-80% of gates on over b in 0.2, 0.5, 1.0", 0.2 <= sum(fr[1:]) / 3 <= 0.8,
+                f"{100 * sum(fr[1:]) / 3:.0f}%")
+        if opts.get("kv") and "attention" in opts["gates"]:  # the KV rule matters on these inputs
+            other = dict(cfg, l2a=dict(cfg["l2a"], skipped_attention_kv="compute" if opts["kv"] == "mask" else "mask"))
+            gap = float((ref.run(W, other, ids, budget=0.5)["logits"] - ref.run(W, cfg, ids, budget=0.5)["logits"]).abs().max())
+            ck.true(f"{tag}: mask and compute differ", gap > 1e-2, f"max |diff| {gap:.2f}")
+        if opts.get("lora_rank"):
+            lora_free = dict(cfg, l2a={k: v for k, v in cfg["l2a"].items() if k != "lora"})
+            raw = {k: t for k, t in ref.load_checkpoint(d).items() if ".lora_" not in k}
+            gap = float((ref.run(raw, lora_free, ids)["logits"] - ref.run(W, cfg, ids)["logits"]).abs().max())
+            ck.true(f"{tag}: the LoRA merge changes the logits", gap > 1e-2, f"max |diff| {gap:.2f}")
+        if n == 0:
+            first = (d, W, cfg)
+    print("   decisions of layer 0, b = 0.2 / 1.0 (rows tokens, columns attention mlp heads 0-3):")
+    d, W, cfg = first
+    lo, hi = ref.run(W, cfg, ids, budget=0.2)["l2a_decisions"][0], ref.run(W, cfg, ids, budget=1.0)["l2a_decisions"][0]
+    for s in range(S):
+        print("     ", "".join(str(int(v)) for v in lo[s].tolist()), " ", "".join(str(int(v)) for v in hi[s].tolist()))
+
+    print("== l2a forced on / off")
+    for n, (tag, family, dtype, opts) in enumerate([
+            ("qwen3-compute-lora", "qwen3", "f32", dict(L2A_CASES[0][4])),
+            ("llama-mask-linear-lora", "llama", "bf16", dict(L2A_CASES[1][4])),
+            ("qwen2-mask-all", "qwen2", "f32", dict(gates=["mlp", "attention", "heads"], router_hidden=8,
+                                                     budget_features=2, kv="mask"))]):
+        for force in ("on", "off"):
+            d = os.path.join(work, f"l2a-force-{force}-{tag}")
+            make(family, d, dtype, seed=60 + n, l2a=dict(opts, force=force))
+            W, cfg = ref.load_model(d)
+            for b in (0.0, 1.0):
+                out = ref.run(W, cfg, ids, budget=b)
+                ck.true(f"{tag} force {force} b={b}: every decision {force}",
+                        bool((out["l2a_decisions"] == (1.0 if force == "on" else 0.0)).all()))
+                if force == "on":
+                    Wb, cb = strip_l2a(W, cfg)
+                    ck.close(f"{tag} force on b={b} == base model (LoRA merged)", out["logits"],
+                             ref.run(Wb, cb, ids)["logits"], 1e-6)
+                else:
+                    eps = cfg["rms_norm_eps"]
+                    want = ref.linear(ref.rms_norm(W["model.embed_tokens.weight"][ids], W["model.norm.weight"], eps),
+                                      ref.lm_head_weight(W, "lm_head.weight", "model.embed_tokens.weight"))
+                    ck.close(f"{tag} force off b={b} == lm_head(norm(embed(ids)))", out["logits"], want, 1e-6)
+            inc = ref.run(W, cfg, ids, budget=0.5, incremental=True)
+            ck.close(f"{tag} force {force}: incremental == full", inc["logits"], ref.run(W, cfg, ids, budget=0.5)["logits"],
+                     1e-4)
+    d = os.path.join(work, "l2a-force-off-heads")  # every head pruned: attention adds nothing, K/V still written
+    make("qwen3", d, "f32", seed=70, l2a=dict(gates=["heads"], force="off"))
+    W, cfg = ref.load_model(d)
+    Wn = {k: t.double().numpy() for k, t in ref.load_checkpoint(d).items()}
+    ck.close("heads forced off vs numpy f64", ref.run(W, cfg, ids)["logits"], np_l2a_dense(Wn, cfg, L2A_IDS, 1.0)[0], 1e-4)
+
+    print("== l2a CLI and errors")
+    d = os.path.join(work, "l2a-" + L2A_CASES[1][0])  # llama, mask, linear router, LoRA, bf16
+    W, cfg = ref.load_model(d)
+    L, G, V = cfg["num_hidden_layers"], len(ref.l2a_config(cfg)["outputs"]), cfg["vocab_size"]
+    od = os.path.join(work, "out-l2a")
+    py, refpy = sys.executable, os.path.join(HERE, "reference.py")
+    subprocess.run([py, refpy, "--model", d, "--ids", ",".join(map(str, L2A_IDS)), "--budget", "0.5",
+                    "--out-dir", od], check=True)
+    meta = json.load(open(os.path.join(od, "meta.json")))
+    want = ref.run(W, cfg, ids, budget=0.5)
+    ck.true("l2a cli meta", meta["files"] == {"logits.f32": [S, V], "l2a_router_logits.f32": [L, S, G],
+                                              "l2a_decisions.f32": [L, S, G]} and meta["budget"] == 0.5
+            and meta["l2a_gates"] == ["attention", "mlp", "heads"]
+            and meta["l2a_outputs"] == ["attention", "mlp", "head.0", "head.1", "head.2", "head.3"]
+            and meta["l2a"]["skipped_attention_kv"] == "mask", str(meta["files"]))
+    for name, key, shape in (("logits.f32", "logits", (S, V)), ("l2a_router_logits.f32", "l2a_router_logits", (L, S, G)),
+                             ("l2a_decisions.f32", "l2a_decisions", (L, S, G))):
+        ck.close(f"l2a cli {name}", read_f32(os.path.join(od, name), shape), want[key], 0)
+    for mode in (["--incremental"], ["--chunk", "4"]):
+        od2 = os.path.join(work, "out-l2a" + mode[0])
+        ref.main(["--model", d, "--ids", ",".join(map(str, L2A_IDS)), "--budget", "0.5", "--out-dir", od2] + mode)
+        ck.close(f"l2a cli {mode[0]} logits", read_f32(os.path.join(od2, "logits.f32"), (S, V)), want["logits"], 1e-4)
+        ck.close(f"l2a cli {mode[0]} decisions", read_f32(os.path.join(od2, "l2a_decisions.f32"), (L, S, G)),
+                 want["l2a_decisions"], 0)
+    od3 = os.path.join(work, "out-l2a-default")
+    ref.main(["--model", d, "--ids", "1,2,3", "--out-dir", od3])
+    ck.true("l2a cli default budget 1", json.load(open(os.path.join(od3, "meta.json")))["budget"] == 1.0)
+    od4 = os.path.join(work, "out-l2a-ppl")
+    ref.main(["--model", d, "--ids", ",".join(map(str, L2A_IDS)), "--perplexity", "--budget", "0.2",
+              "--context", "16", "--out-dir", od4])
+    full = torch.log_softmax(ref.run(W, cfg, ids, budget=0.2)["logits"].double(), -1)
+    nll = np.array([-full[i, L2A_IDS[i + 1]].item() for i in range(S - 1)])
+    pj = json.load(open(os.path.join(od4, "perplexity.json")))
+    ck.close("l2a --perplexity --budget 0.2 nll == full forward's", read_f32(os.path.join(od4, "nll.f32"), (S - 1,)),
+             nll, 1e-4)
+    ck.true("l2a perplexity.json budget / l2a", pj["budget"] == 0.2 and pj["l2a_gates"] == ["attention", "mlp", "heads"])
+    ids_arg = ["--ids", "1,2,3", "--out-dir", os.path.join(work, "bad")]
+    expect_error(ck, "--budget 1.5", lambda: ref.main(["--model", d, "--budget", "1.5"] + ids_arg), "outside [0, 1]")
+    expect_error(ck, "--budget -0.1 (--perplexity)",
+                 lambda: ref.main(["--model", d, "--budget", "-0.1", "--perplexity"] + ids_arg), "outside [0, 1]")
+    plain = os.path.join(work, "l2a-none-qwen2")
+    make("qwen2", plain, "f32", seed=9)
+    expect_error(ck, "--budget on a checkpoint without l2a", lambda: ref.main(["--model", plain, "--budget", "0.5"] + ids_arg),
+                 "no l2a block")
+    expect_error(ck, "--budget on a checkpoint without l2a (--perplexity)",
+                 lambda: ref.main(["--model", plain, "--budget", "0.5", "--perplexity"] + ids_arg), "no l2a block")
+    expect_error(ck, "make_tiny --l2a-gates for ouro",
+                 lambda: main(["--family", "ouro", "--out", os.path.join(work, "bad-ouro"), "--l2a-gates", "mlp"]),
+                 "llama, qwen2, qwen3")
+    expect_error(ck, "make_tiny --l2a-* without --l2a-gates",
+                 lambda: main(["--family", "llama", "--out", os.path.join(work, "bad-l"), "--l2a-kv", "mask"]),
+                 "--l2a-gates")
+    expect_error(ck, "make_tiny --l2a-gates with a bad name",
+                 lambda: main(["--family", "llama", "--out", os.path.join(work, "bad-l"), "--l2a-gates", "attention,ffn"]),
+                 "subset")
+    cfg_o, T_o = make_model("ouro", 3)
+    save_checkpoint(os.path.join(work, "bad-ouro-l2a"), dict(cfg_o, l2a=cfg["l2a"]), T_o, "f32")
+    expect_error(ck, "an l2a block on ouro", lambda: ref.main(["--model", os.path.join(work, "bad-ouro-l2a")] + ids_arg),
+                 "model_type")
+    raw = ref.load_checkpoint(d)
+    bad_cfgs = (("gates []", dict(cfg["l2a"], gates=[])), ("version 2", dict(cfg["l2a"], version=2)),
+                ("gates with duplicates", dict(cfg["l2a"], gates=["mlp", "mlp"])),
+                ("attention gated without skipped_attention_kv",
+                 {k: v for k, v in cfg["l2a"].items() if k != "skipped_attention_kv"}),
+                ("budget_features 65", dict(cfg["l2a"], budget_features=65)),
+                ("lora rank 0", dict(cfg["l2a"], lora=dict(cfg["l2a"]["lora"], rank=0))),
+                ("lora target qkv_proj", dict(cfg["l2a"], lora=dict(cfg["l2a"]["lora"], targets=["qkv_proj"]))))
+    for why, block in bad_cfgs:
+        expect_error(ck, f"config {why}", lambda: ref.l2a_prepare(raw, dict(cfg, l2a=block)))
+    p0 = "model.layers.0."
+    bad_tensors = (("a missing router tensor", "missing tensor model.layers.1.l2a_router.fc.bias",
+                    {k: t for k, t in raw.items() if k != "model.layers.1.l2a_router.fc.bias"}),
+                   ("a misshapen lora_B", "expected shape [64, 2], found [64, 3]",
+                    dict(raw, **{p0 + "self_attn.q_proj.lora_B.weight": torch.zeros(64, 3)})),
+                   ("a misshapen router", "expected shape [6, 71], found [6, 70]",
+                    dict(raw, **{p0 + "l2a_router.fc.weight": torch.zeros(6, 70)})),
+                   ("an extra LoRA target", "unexpected tensor",
+                    dict(raw, **{p0 + "self_attn.k_proj.lora_A.weight": torch.zeros(2, 64)})),
+                   ("fc1 tensors for a linear router", "unexpected tensor",
+                    dict(raw, **{p0 + "l2a_router.fc1.weight": torch.zeros(4, 71)})))
+    for why, needle, Wbad in bad_tensors:
+        expect_error(ck, why, lambda: ref.l2a_prepare(Wbad, cfg), needle)
+    expect_error(ck, "router tensors without an l2a block",
+                 lambda: ref.l2a_prepare(raw, {k: v for k, v in cfg.items() if k != "l2a"}), "no l2a block")
+    d2 = os.path.join(work, "l2a-cli-made")
+    main(["--family", "qwen2", "--out", d2, "--dtype", "bf16", "--l2a-gates", "heads,attention", "--l2a-router-hidden",
+          "0", "--l2a-kv", "mask", "--l2a-lora-rank", "3", "--l2a-lora-targets", "o_proj,up_proj", "--l2a-force", "on"])
+    cfg2 = ref.load_config(d2)
+    T2 = ref.load_checkpoint(d2)
+    ck.true("make_tiny CLI: l2a block", cfg2["l2a"] == {
+        "version": 1, "gates": ["heads", "attention"], "router_hidden": 0, "budget_features": 2,
+        "skipped_attention_kv": "mask", "lora": {"rank": 3, "alpha": 6.0, "targets": ["o_proj", "up_proj"]}},
+        json.dumps(cfg2["l2a"]))
+    ck.true("make_tiny CLI: tensor names and shapes",
+            T2[p0 + "l2a_router.fc.weight"].shape == (5, 69) and T2[p0 + "l2a_router.fc.bias"].shape == (5,)
+            and T2[p0 + "self_attn.o_proj.lora_A.weight"].shape == (3, 64)
+            and T2[p0 + "mlp.up_proj.lora_B.weight"].shape == (96, 3)
+            and bool((T2[p0 + "mlp.up_proj.lora_B.weight"] != 0).all()) and bool((T2[p0 + "l2a_router.fc.bias"] == 30).all()))
+    base_T = make_model("qwen2", 0)[1]
+    ck.true("make_tiny CLI: base tensors unchanged by --l2a-*",
+            all(torch.equal(T2[k], base_T[k].to(torch.bfloat16).float()) for k in base_T))
 
 
 # ----------------------------------------------------------------------------------------
@@ -829,7 +1279,7 @@ def selftest_layouts(work):
     return 0
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", choices=["llama", "qwen2", "qwen3", "ouro", "huginn", "lckv"])
     ap.add_argument("--out")
@@ -837,14 +1287,34 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tied", action="store_true", help="tied embeddings: no lm_head.weight tensor")
     ap.add_argument("--shards", type=int, default=1, help="write N shards + model.safetensors.index.json")
+    l2a = ap.add_argument_group("L2A gate checkpoint (docs/L2A_FORMAT.md; llama, qwen2, qwen3)")
+    l2a.add_argument("--l2a-gates", default=None,
+                     help="comma-separated non-empty subset of attention,mlp,heads: makes an L2A gate checkpoint")
+    l2a.add_argument("--l2a-router-hidden", type=int, default=None, help="router hidden width R (default 16; 0: linear)")
+    l2a.add_argument("--l2a-budget-features", type=int, default=None, help="K, phi(b) has 2K+1 entries (default 2)")
+    l2a.add_argument("--l2a-kv", default=None, choices=list(ref.L2A_KV),
+                     help="skipped_attention_kv (default compute; written only when attention is gated)")
+    l2a.add_argument("--l2a-lora-rank", type=int, default=None, help="LoRA rank r (default: no LoRA)")
+    l2a.add_argument("--l2a-lora-alpha", type=float, default=None, help="LoRA alpha (default 2r)")
+    l2a.add_argument("--l2a-lora-targets", default=None, help="comma-separated LoRA targets (default q_proj,v_proj)")
+    l2a.add_argument("--l2a-force", default=None, choices=["on", "off", "none"],
+                     help="on / off: router final bias +30 / -30, every gate on / off; none (default): random")
     ap.add_argument("--selftest", action="store_true", help="all checks (ends with the layout checks)")
     ap.add_argument("--selftest-layouts", action="store_true",
                     help="only the KV-layout / scripted-exit decode checks (--decode-ids)")
+    ap.add_argument("--selftest-l2a", action="store_true", help="only the L2A gate checkpoint checks")
     ap.add_argument("--work", default=None, help="selftest scratch directory (default: a temp dir, removed)")
-    a = ap.parse_args()
-    if a.selftest or a.selftest_layouts:
+    a = ap.parse_args(argv)
+    if a.selftest or a.selftest_layouts or a.selftest_l2a:
         work = a.work or tempfile.mkdtemp(prefix="fathom-ref-")
         try:
+            if a.selftest_l2a and not a.selftest:
+                ck = Checker()
+                selftest_l2a(work, ck)
+                print(f"\n{ck.count - len(ck.failures)}/{ck.count} l2a checks passed")
+                if ck.failures:
+                    print("FAILED:", ck.failures)
+                return 1 if ck.failures else 0
             rc = selftest(work) if a.selftest else 0
             return selftest_layouts(work) or rc
         finally:
@@ -852,7 +1322,27 @@ def main():
                 shutil.rmtree(work, ignore_errors=True)
     if not a.family or not a.out:
         ap.error("--family and --out are required (or --selftest)")
-    make(a.family, a.out, a.dtype, a.seed, a.tied, a.shards)
+    opts = None
+    given = [f"--l2a-{n.replace('_', '-')}" for n in ("router_hidden", "budget_features", "kv", "lora_rank", "lora_alpha",
+                                                     "lora_targets", "force") if getattr(a, "l2a_" + n) is not None]
+    if a.l2a_gates is None:
+        if given:
+            raise SystemExit(f"make_tiny.py: {given[0]} needs --l2a-gates")
+    else:
+        if a.family not in L2A_DENSE:
+            raise SystemExit(f"make_tiny.py: --l2a-gates: L2A gate checkpoints are llama, qwen2, qwen3 only, "
+                             f"not {a.family}")
+        if a.l2a_lora_rank is None and (a.l2a_lora_alpha is not None or a.l2a_lora_targets is not None):
+            raise SystemExit("make_tiny.py: --l2a-lora-alpha / --l2a-lora-targets need --l2a-lora-rank")
+        if a.l2a_lora_rank is not None and a.l2a_lora_rank < 1:
+            raise SystemExit("make_tiny.py: --l2a-lora-rank must be >= 1")
+        split = lambda v: [x.strip() for x in v.split(",") if x.strip()]  # noqa: E731
+        opts = dict(gates=split(a.l2a_gates),
+                    router_hidden=16 if a.l2a_router_hidden is None else a.l2a_router_hidden,
+                    budget_features=2 if a.l2a_budget_features is None else a.l2a_budget_features,
+                    kv=a.l2a_kv or "compute", lora_rank=a.l2a_lora_rank or 0, lora_alpha=a.l2a_lora_alpha,
+                    lora_targets=split(a.l2a_lora_targets or "q_proj,v_proj"), force=a.l2a_force or "none")
+    make(a.family, a.out, a.dtype, a.seed, a.tied, a.shards, l2a=opts)
     return 0
 
 

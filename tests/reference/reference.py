@@ -7,10 +7,15 @@ computed in float32 on the CPU; checkpoint weights (F32 / BF16 / F16) are upcast
 
     /usr/bin/python3 tests/reference/reference.py --model DIR --ids 1,2,3 \
         [--loops R] [--exit-thresholds 0.2,0.5,0.9] [--init-state zero | --init-state-file F] \
-        [--incremental] --out-dir OUT
+        [--incremental | --chunk N] [--budget B] --out-dir OUT
         [--decode-ids 5,6,7 [--exit-depths 4,1,2] [--layout NAME] [--shared-after S]]
     /usr/bin/python3 tests/reference/reference.py --model DIR --ids 1,2,3,... --perplexity --out-dir OUT \
         [--context N] [--loops R | --exit-threshold Q [--budget B] [--exit-criterion C]] [--layout NAME]
+
+A dense checkpoint with an `l2a` block in config.json is an L2A gate checkpoint
+(docs/L2A_FORMAT.md): LoRA merged at load (load_model / l2a_prepare), per-layer routers
+gating attention / MLP / heads; --budget B (default 1) is the b every token runs under, in
+every mode, and l2a_router_logits.f32 / l2a_decisions.f32 [n_layers, n_tokens, G] are written.
 
 --decode-ids adds a teacher-forced decode under a KV layout with scripted exit depths
 (prefill_logits.f32, decode_logits.f32, decode_signals.f32; see run_layout / LayoutKV).
@@ -150,10 +155,12 @@ def kv_store(cache, slot, k, v, start):
     return K[:end], V[:end]
 
 
-def causal_attention(q, k, v, start):
+def causal_attention(q, k, v, start, visible=None):
     """Softmax(q k^T / sqrt(D)) v over keys 0 .. start+i for query i (causal), GQA by
     repeating each KV head H/Hkv times (HF repeat_kv order).
-    q: [S, H, D], k/v: [T, Hkv, D] with T = start + S.  Returns [S, H*D]."""
+    q: [S, H, D], k/v: [T, Hkv, D] with T = start + S.  Returns [S, H*D].
+    visible: optional [T] bool; keys where it is False are masked (left out of the softmax,
+    never read; L2A `mask`); a query with no visible key gets a zero output."""
     S, H, D = q.shape
     T, Hkv, _ = k.shape
     k = k.repeat_interleave(H // Hkv, dim=1)
@@ -161,8 +168,15 @@ def causal_attention(q, k, v, start):
     scores = torch.einsum("shd,thd->hst", q, k) / math.sqrt(D)  # [H, S, T]
     qpos = torch.arange(S)[:, None] + start
     kpos = torch.arange(T)[None, :]
-    scores = scores.masked_fill(kpos > qpos, float("-inf"))
+    if visible is None:
+        scores = scores.masked_fill(kpos > qpos, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        return torch.einsum("hst,thd->shd", probs, v).reshape(S, H * D)
+    allowed = (kpos <= qpos) & visible[None, :]  # [S, T]
+    scores = scores.masked_fill(~allowed, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
+    probs = torch.where(allowed.any(-1)[None, :, None], probs, torch.zeros_like(probs))  # no key: zero, not NaN
+    v = torch.where(visible[:, None, None], v, torch.zeros_like(v))  # masked rows never reach the output
     return torch.einsum("hst,thd->shd", probs, v).reshape(S, H * D)
 
 
@@ -348,21 +362,288 @@ def ouro_layer(W, cfg, i, x, positions, cache, slot, start):
 
 
 # ----------------------------------------------------------------------------------------
+# L2A gate checkpoints (docs/L2A_FORMAT.md): a dense llama / qwen2 / qwen3 checkpoint plus
+# an `l2a` block in config.json, one router per layer (run/skip logits for the attention and
+# MLP sub-layers, keep logits per query head, from the layer's normed input and the budget
+# embedding phi(b)), and optional LoRA merged into the base weights at load.
+# ----------------------------------------------------------------------------------------
+
+L2A_GATES = ("attention", "mlp", "heads")  # also the fixed order of the router outputs
+L2A_KV = ("compute", "mask")
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+L2A_FAMILIES = ("llama", "qwen2", "qwen3")
+_L2A_FIELDS = ("version", "gates", "router_hidden", "budget_features", "skipped_attention_kv", "lora")
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def l2a_config(cfg):
+    """The checked `l2a` block of a config (a dict with "outputs" added: the names of the
+    router outputs in their fixed order), or None when the config has none."""
+    spec = cfg.get("l2a")
+    if spec is None:
+        return None
+    if cfg.get("model_type") not in L2A_FAMILIES:
+        raise ValueError(f"config.json: an l2a block needs model_type llama, qwen2 or qwen3, "
+                         f"not {cfg.get('model_type')!r}")
+    if not isinstance(spec, dict):
+        raise ValueError("config.json: l2a must be an object")
+    unknown = [k for k in spec if k not in _L2A_FIELDS]
+    if unknown:
+        raise ValueError(f"config.json: unknown l2a field {unknown[0]!r}")
+    if spec.get("version") != 1 or not _is_int(spec.get("version")):
+        raise ValueError(f"config.json: l2a.version must be 1, found {spec.get('version')!r}")
+    gates = spec.get("gates")
+    if (not isinstance(gates, list) or not gates or any(g not in L2A_GATES for g in gates)
+            or len(set(gates)) != len(gates)):
+        raise ValueError(f"config.json: l2a.gates must be a non-empty list of distinct names from "
+                         f"{', '.join(L2A_GATES)}, found {gates!r}")
+    R, K = spec.get("router_hidden"), spec.get("budget_features")
+    if not _is_int(R) or R < 0:
+        raise ValueError(f"config.json: l2a.router_hidden must be an int >= 0, found {R!r}")
+    if not _is_int(K) or not 0 <= K <= 64:
+        raise ValueError(f"config.json: l2a.budget_features must be an int in [0, 64], found {K!r}")
+    kv = spec.get("skipped_attention_kv")
+    if "attention" in gates or kv is not None:
+        if kv not in L2A_KV:
+            raise ValueError(f"config.json: l2a.skipped_attention_kv must be \"compute\" or \"mask\""
+                             f"{' (required when attention is gated)' if 'attention' in gates else ''}, found {kv!r}")
+    lora = spec.get("lora")
+    if lora is not None:
+        if not isinstance(lora, dict) or any(k not in ("rank", "alpha", "targets") for k in lora):
+            raise ValueError(f"config.json: l2a.lora must be an object with rank, alpha, targets, found {lora!r}")
+        r, alpha, targets = lora.get("rank"), lora.get("alpha"), lora.get("targets")
+        if not _is_int(r) or r < 1:
+            raise ValueError(f"config.json: l2a.lora.rank must be an int >= 1, found {r!r}")
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0 or math.isinf(alpha):
+            raise ValueError(f"config.json: l2a.lora.alpha must be a number > 0, found {alpha!r}")
+        if (not isinstance(targets, list) or not targets or any(t not in LORA_TARGETS for t in targets)
+                or len(set(targets)) != len(targets)):
+            raise ValueError(f"config.json: l2a.lora.targets must be a non-empty list of distinct names from "
+                             f"{' '.join(LORA_TARGETS)}, found {targets!r}")
+    H = cfg["num_attention_heads"]
+    outputs = [g for g in ("attention", "mlp") if g in gates] + ([f"head.{h}" for h in range(H)] if "heads" in gates else [])
+    return dict(spec, outputs=outputs)
+
+
+def l2a_phi(b, K):
+    """phi(b) = [b, sin(pi*1*b), cos(pi*1*b), ..., sin(pi*K*b), cos(pi*K*b)] (F = 2K+1),
+    computed in double precision (angle (pi*k)*b) and rounded to f32.  Returns [F] float32."""
+    vals = [float(b)]
+    for k in range(1, K + 1):
+        vals += [math.sin(math.pi * k * b), math.cos(math.pi * k * b)]
+    return torch.tensor(vals, dtype=torch.float64).to(torch.float32)
+
+
+def _lora_prefix(target):
+    return "self_attn." if target in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp."
+
+
+def l2a_expected_tensors(W, cfg, spec):
+    """{name: shape} of every L2A tensor the checkpoint must hold (routers, LoRA A/B)."""
+    E, H, Hkv, D = dense_dims(cfg)
+    F = 2 * spec["budget_features"] + 1
+    G = len(spec["outputs"])
+    R = spec["router_hidden"]
+    out = {}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        if R > 0:
+            out.update({p + "l2a_router.fc1.weight": [R, E + F], p + "l2a_router.fc1.bias": [R],
+                        p + "l2a_router.fc2.weight": [G, R], p + "l2a_router.fc2.bias": [G]})
+        else:
+            out.update({p + "l2a_router.fc.weight": [G, E + F], p + "l2a_router.fc.bias": [G]})
+        lora = spec.get("lora")
+        for t in (lora["targets"] if lora else []):
+            base = p + _lora_prefix(t) + t
+            if base + ".weight" not in W:
+                raise ValueError(f"LoRA target {base}.weight: the base tensor is missing")
+            o, n = W[base + ".weight"].shape
+            out[base + ".lora_A.weight"] = [lora["rank"], n]
+            out[base + ".lora_B.weight"] = [o, lora["rank"]]
+    return out
+
+
+def l2a_prepare(W, cfg):
+    """Check the L2A tensors of a loaded checkpoint and merge its LoRA:
+    W' = W + (alpha / r) * (B @ A) in f32 for every target of every layer.  Returns a new
+    dict without the lora_A / lora_B tensors (router tensors kept).  A missing, extra or
+    misshapen router / LoRA tensor is an error naming it and both shapes.  A checkpoint
+    without an l2a block must hold no such tensors; it is returned unchanged."""
+    spec = l2a_config(cfg)
+    stray = sorted(n for n in W if ".l2a_router." in n or ".lora_A." in n or ".lora_B." in n)
+    if spec is None:
+        if stray:
+            raise ValueError(f"tensor {stray[0]}: an L2A tensor, but config.json has no l2a block")
+        return W
+    want = l2a_expected_tensors(W, cfg, spec)
+    for name, shape in want.items():
+        if name not in W:
+            raise ValueError(f"missing tensor {name} (expected shape {shape})")
+        if list(W[name].shape) != shape:
+            raise ValueError(f"tensor {name}: expected shape {shape}, found {list(W[name].shape)}")
+    extra = [n for n in stray if n not in want]
+    if extra:
+        raise ValueError(f"unexpected tensor {extra[0]} (shape {list(W[extra[0]].shape)}) for this l2a block")
+    out = {n: t for n, t in W.items() if ".lora_A." not in n and ".lora_B." not in n}
+    lora = spec.get("lora")
+    if lora:
+        scale = float(lora["alpha"]) / lora["rank"]
+        for name in want:
+            if name.endswith(".lora_A.weight"):
+                base = name[: -len(".lora_A.weight")]
+                A, B = W[name], W[base + ".lora_B.weight"]
+                out[base + ".weight"] = W[base + ".weight"] + scale * (B @ A)
+    return out
+
+
+def load_model(model_dir):
+    """(weights, config) ready for run(): load_checkpoint, then l2a_prepare (LoRA merged)."""
+    cfg = load_config(model_dir)
+    family_of(cfg)
+    return l2a_prepare(load_checkpoint(model_dir), cfg), cfg
+
+
+def l2a_router(W, spec, i, h, phi):
+    """Router logits z [S, G] (float64) of layer i: u = [h ; phi(b)], h the layer's normed
+    input [S, E] (f32), phi [F] (f32); the math in float64 from the f32 values.
+    R > 0: z = fc2(silu(fc1(u)));  R = 0: z = fc(u)."""
+    p = f"model.layers.{i}.l2a_router."
+    u = torch.cat([h.to(torch.float64), phi.to(torch.float64)[None, :].expand(h.shape[0], -1)], dim=-1)
+    if spec["router_hidden"] > 0:
+        a = linear(u, W[p + "fc1.weight"].to(torch.float64), W[p + "fc1.bias"].to(torch.float64))
+        return linear(torch.nn.functional.silu(a), W[p + "fc2.weight"].to(torch.float64),
+                      W[p + "fc2.bias"].to(torch.float64))
+    return linear(u, W[p + "fc.weight"].to(torch.float64), W[p + "fc.bias"].to(torch.float64))
+
+
+def l2a_decisions(spec, z, H):
+    """Hard decisions from the logits z [S, G]: (attn_on [S], mlp_on [S], head_keep [S, H]);
+    ungated sub-layers always run (all True).  A gate is on iff z > 0."""
+    on = z > 0
+    S, col = z.shape[0], 0
+    attn_on = mlp_on = torch.ones(S, dtype=torch.bool)
+    keep = torch.ones(S, H, dtype=torch.bool)
+    if "attention" in spec["gates"]:
+        attn_on, col = on[:, col], col + 1
+    if "mlp" in spec["gates"]:
+        mlp_on, col = on[:, col], col + 1
+    if "heads" in spec["gates"]:
+        keep = on[:, col : col + H]
+    return attn_on, mlp_on, keep
+
+
+def visibility_store(cache, key, ran, start):
+    """kv_store for the per-layer visibility list of `mask` (bool per position)."""
+    if key in cache:
+        old = cache[key]
+        if old.shape[0] < start:
+            raise ValueError(f"visibility {key}: positions {old.shape[0]}..{start} were never written")
+        cache[key] = torch.cat([old[:start], ran, old[start + ran.shape[0] :]])
+    else:
+        if start != 0:
+            raise ValueError(f"visibility {key}: first write starts at position {start}")
+        cache[key] = ran
+    return cache[key][: start + ran.shape[0]]
+
+
+def l2a_attention(W, cfg, spec, p, x, positions, cache, slot, start, attn_on, keep):
+    """Gated attention of layer prefix p on the normed input x [S, E].  Returns (out [S, E],
+    adds [S] bool): out is o_proj of the attention with pruned heads zeroed (their o_proj
+    columns contribute nothing); adds is False where the residual must pass unchanged
+    (attention gate off, or every head pruned).  K/V of every token are written:
+      compute: as usual (k/v projections, k_norm, RoPE) and visible to later tokens;
+      mask:    a skipped token's K/V are zero in the cache and its position is invisible at
+               this layer to every query (this call's too): visibility list ("l2a_ran", layer)."""
+    E, H, Hkv, D = dense_dims(cfg)
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    theta = rope_theta_of(cfg)
+    S = x.shape[0]
+    q = linear(x, W[p + "self_attn.q_proj.weight"], W.get(p + "self_attn.q_proj.bias")).view(-1, H, D)
+    k = linear(x, W[p + "self_attn.k_proj.weight"], W.get(p + "self_attn.k_proj.bias")).view(-1, Hkv, D)
+    v = linear(x, W[p + "self_attn.v_proj.weight"], W.get(p + "self_attn.v_proj.bias")).view(-1, Hkv, D)
+    if p + "self_attn.q_norm.weight" in W:  # Qwen3
+        q = rms_norm(q, W[p + "self_attn.q_norm.weight"], eps)
+        k = rms_norm(k, W[p + "self_attn.k_norm.weight"], eps)
+    q = rope_neox(q, positions, theta)
+    k = rope_neox(k, positions, theta)
+    mask = "attention" in spec["gates"] and spec["skipped_attention_kv"] == "mask"
+    if mask:  # not computed: zeros in the cache, never read (masked)
+        k = torch.where(attn_on[:, None, None], k, torch.zeros_like(k))
+        v = torch.where(attn_on[:, None, None], v, torch.zeros_like(v))
+    K, V = kv_store(cache, slot, k, v, start)
+    visible = visibility_store(cache, ("l2a_ran",) + tuple(slot[1:]), attn_on, start) if mask else \
+        torch.ones(K.shape[0], dtype=torch.bool)
+    y = causal_attention(q, K, V, start, visible).view(S, H, D)
+    y = torch.where(keep[:, :, None], y, torch.zeros_like(y)).reshape(S, H * D)
+    out = linear(y, W[p + "self_attn.o_proj.weight"], W.get(p + "self_attn.o_proj.bias"))
+    return out, attn_on & keep.any(-1)
+
+
+def l2a_dense_layer(W, cfg, spec, i, x, positions, cache, slot, start, phi):
+    """One gated pre-norm block:
+        h = input_layernorm(x);  z = router_i([h ; phi(b)]);  decisions z > 0
+        x = x + [attn on] * o_proj(attention(q, k, v) * head_keep)
+        x = x + [mlp on]  * mlp(post_attention_layernorm(x))
+    ("x passes unchanged" exactly: torch.where, not a multiplication).  Returns (x, z [S, G])."""
+    p, eps = f"model.layers.{i}.", cfg.get("rms_norm_eps", 1e-6)
+    H = cfg["num_attention_heads"]
+    h = rms_norm(x, W[p + "input_layernorm.weight"], eps)
+    z = l2a_router(W, spec, i, h, phi)
+    attn_on, mlp_on, keep = l2a_decisions(spec, z, H)
+    a, adds = l2a_attention(W, cfg, spec, p, h, positions, cache, slot, start, attn_on, keep)
+    x = torch.where(adds[:, None], x + a, x)
+    m = dense_mlp(W, p, rms_norm(x, W[p + "post_attention_layernorm.weight"], eps))
+    x = torch.where(mlp_on[:, None], x + m, x)
+    return x, z
+
+
+def check_budget(cfg, budget):
+    """The b an L2A checkpoint runs under (default 1), checked to lie in [0, 1]."""
+    if budget is None:
+        return 1.0
+    b = float(budget)
+    if not 0.0 <= b <= 1.0:
+        raise ValueError(f"budget {budget} outside [0, 1]")
+    return b
+
+
+# ----------------------------------------------------------------------------------------
 # Family forwards.  Each takes the tokens of one call (ids: [S] long), the position of the
 # first one (start) and a KV cache dict {slot: (K, V)} shared between calls, so a full
 # prompt is one call with start=0 and token-by-token decoding is S calls with S=1.
 # ----------------------------------------------------------------------------------------
 
 
-def dense_forward(W, cfg, ids, start, cache):
-    """Llama / Qwen2 / Qwen3.  Returns {"logits": [S, V]}."""
+def dense_forward(W, cfg, ids, start, cache, budget=None):
+    """Llama / Qwen2 / Qwen3.  Returns {"logits": [S, V]}.  An L2A gate checkpoint (an l2a
+    block; W from l2a_prepare) runs every token of the call under budget b (default 1) and
+    also returns l2a_router_logits [L, S, G] (f32 of the float64 logits) and l2a_decisions
+    [L, S, G] (1.0 on, 0.0 off), outputs in the fixed order attention, mlp, head 0..H-1."""
     check_plain_rope(cfg)
+    spec = l2a_config(cfg)
+    if spec is None and budget is not None:
+        raise ValueError("a budget applies only to an L2A gate checkpoint (config.json has no l2a block)")
     positions = torch.arange(start, start + ids.shape[0])
     h = W["model.embed_tokens.weight"][ids]  # [S, E]
-    for i in range(cfg["num_hidden_layers"]):
-        h = dense_layer(W, cfg, i, h, positions, cache, ("layer", i), start)
+    if spec is None:
+        for i in range(cfg["num_hidden_layers"]):
+            h = dense_layer(W, cfg, i, h, positions, cache, ("layer", i), start)
+        out = {}
+    else:
+        if any(".lora_A." in n for n in W):
+            raise ValueError("LoRA tensors not merged: load with load_model / l2a_prepare")
+        phi = l2a_phi(check_budget(cfg, budget), spec["budget_features"])
+        zs = []
+        for i in range(cfg["num_hidden_layers"]):
+            h, z = l2a_dense_layer(W, cfg, spec, i, h, positions, cache, ("layer", i), start, phi)
+            zs.append(z)
+        z = torch.stack(zs)  # [L, S, G] float64
+        out = {"l2a_router_logits": z.to(torch.float32), "l2a_decisions": (z > 0).to(torch.float32)}
     h = rms_norm(h, W["model.norm.weight"], cfg.get("rms_norm_eps", 1e-6))
-    return {"logits": linear(h, lm_head_weight(W, "lm_head.weight", "model.embed_tokens.weight"))}
+    return dict(out, logits=linear(h, lm_head_weight(W, "lm_head.weight", "model.embed_tokens.weight")))
 
 
 def ouro_forward(W, cfg, ids, start, cache, loops):
@@ -592,20 +873,22 @@ def huginn_layout_call(W, cfg, ids, start, kv, steps):
 
 
 def run_layout(W, cfg, prompt_ids, decode_ids, exit_depths=None, loops=None, layout="depth-indexed",
-               shared_after=1):
+               shared_after=1, budget=None):
     """Prefill prompt_ids ([n_prompt] long) as ONE chunk, every token running all R loop
     steps, then feed decode_ids ([n_decode] long, teacher forcing) one token per call, decode
     token i running exactly exit_depths[i] steps (default R), all under KV layout `layout`.
     Returns prefill_logits [n_prompt, V], decode_logits [n_decode, V] and, for looped
     families, decode_signals [n_decode, R] (Ouro lambda / Huginn latent diff of each step
     the token ran; zeros beyond its exit depth).  Dense families ignore layout and depths
-    (plain KV cache) and return no signals."""
+    (plain KV cache) and return no signals; an L2A gate checkpoint runs every prompt and
+    decode token under `budget` (default 1)."""
     fam = family_of(cfg)
     n_prompt, n_decode = int(prompt_ids.numel()), int(decode_ids.numel())
     if fam == "dense":
         cache = {}
-        pre = dense_forward(W, cfg, prompt_ids, 0, cache)["logits"]
-        dec = [dense_forward(W, cfg, decode_ids[i : i + 1], n_prompt + i, cache)["logits"] for i in range(n_decode)]
+        pre = dense_forward(W, cfg, prompt_ids, 0, cache, budget)["logits"]
+        dec = [dense_forward(W, cfg, decode_ids[i : i + 1], n_prompt + i, cache, budget)["logits"]
+               for i in range(n_decode)]
         return {"prefill_logits": pre, "decode_logits": torch.cat(dec, 0) if dec else pre[:0]}
     R = default_loops(cfg) if loops is None else loops
     depths = [R] * n_decode if exit_depths is None else [int(e) for e in exit_depths]
@@ -784,11 +1067,14 @@ def default_loops(cfg):
     return 1
 
 
-def run(W, cfg, ids, loops=None, init_state=None, incremental=False, chunk=0):
+def run(W, cfg, ids, loops=None, init_state=None, incremental=False, chunk=0, budget=None):
     """Forward of the whole prompt `ids` ([S] long).  Returns a dict of float32 tensors.
     incremental=True feeds one token per call through a shared KV cache; chunk > 0 feeds
-    chunks of that many tokens (the last one shorter)."""
+    chunks of that many tokens (the last one shorter).  budget: the b every token of an L2A
+    gate checkpoint runs under (default 1; W from load_model / l2a_prepare)."""
     fam = family_of(cfg)
+    if l2a_config(cfg) is None and budget is not None:
+        raise ValueError("a budget applies only to an L2A gate checkpoint (config.json has no l2a block)")
     loops = default_loops(cfg) if loops is None else loops
     if fam == "huginn" and init_state is None:
         E = huginn_dims(cfg)[0]
@@ -796,7 +1082,7 @@ def run(W, cfg, ids, loops=None, init_state=None, incremental=False, chunk=0):
 
     def call(chunk, start, cache):
         if fam == "dense":
-            return dense_forward(W, cfg, chunk, start, cache)
+            return dense_forward(W, cfg, chunk, start, cache, budget)
         if fam == "lckv":
             return lckv_forward(W, cfg, chunk, start, cache)
         if fam == "ouro":
@@ -809,7 +1095,8 @@ def run(W, cfg, ids, loops=None, init_state=None, incremental=False, chunk=0):
     cache, parts = {}, []
     for s in range(0, ids.shape[0], step):
         parts.append(call(ids[s : s + step], s, cache))
-    # concatenate along the token axis (last-but-one for [R, S, V], last for [R, S], first for [S, V])
+    # concatenate along the token axis (last-but-one for [R, S, V] and [L, S, G], last for [R, S],
+    # first for [S, V])
     out = {}
     for name in parts[0]:
         dim = 0 if name == "logits" else 1
@@ -857,9 +1144,13 @@ def perplexity_windows(W, cfg, ids, context, loops=None, layout="depth-indexed",
     its exit rule on its own signals (exit_depth), the threshold scaled by the budget b as
     the serving path does (Ouro q*b; Huginn t/b, b = 0: the first step). Dense and LCKV:
     every token through the plain KV cache one at a time (depth 0).
+    An L2A gate checkpoint runs every token under the budget b (default 1) instead.
     Returns (nll [n_pred] float64, depths [n_pred] long)."""
     fam = family_of(cfg)
     R = default_loops(cfg) if loops is None else loops
+    gate_budget = None
+    if l2a_config(cfg) is not None:
+        gate_budget, budget = check_budget(cfg, budget), None
     if threshold is not None and budget is not None:
         if fam == "ouro" and criterion in ("auto", "hazard"):
             threshold = threshold * budget
@@ -875,7 +1166,7 @@ def perplexity_windows(W, cfg, ids, context, loops=None, layout="depth-indexed",
         win = ids[b : b + context]
         n = win.numel()
         if fam in ("dense", "lckv"):
-            logits = run(W, cfg, win, incremental=True)["logits"]
+            logits = run(W, cfg, win, incremental=True, budget=gate_budget)["logits"]
             for i in range(n - 1):
                 score(logits[i], win[i + 1], 0)
             continue
@@ -899,9 +1190,14 @@ def perplexity_windows(W, cfg, ids, context, loops=None, layout="depth-indexed",
 def write_perplexity(args, W, cfg, ids):
     """--perplexity: nll.f32 [n_pred], nll_depths.f32 [n_pred], perplexity.json."""
     fam = family_of(cfg)
+    spec = l2a_config(cfg)
     if args.exit_threshold is not None and fam not in LOOPED:
         raise SystemExit("--exit-threshold: the model is not looped")
-    if args.budget is not None and args.exit_threshold is None:
+    if spec is not None:
+        args.budget = cli_budget(cfg, args.budget)
+    elif args.budget is not None and fam not in LOOPED:
+        raise SystemExit(NO_L2A_BUDGET)
+    elif args.budget is not None and args.exit_threshold is None:
         raise SystemExit("--budget scales --exit-threshold; give one")
     if ids.numel() < 2:
         raise SystemExit("--perplexity needs at least 2 ids")
@@ -916,11 +1212,31 @@ def write_perplexity(args, W, cfg, ids):
             "exit_threshold": args.exit_threshold, "budget": args.budget, "exit_criterion": args.exit_criterion,
             "predictions": int(nll.numel()), "mean_nll": nll.mean().item(), "perplexity": math.exp(nll.mean().item()),
             "mean_depth": depths.to(torch.float64).mean().item(), "files": {}}
+    if spec is not None:
+        meta.update(l2a_meta(spec))
     write_f32(args.out_dir, "nll.f32", nll, meta)
     write_f32(args.out_dir, "nll_depths.f32", depths, meta)
     with open(os.path.join(args.out_dir, "perplexity.json"), "w") as f:
         json.dump(meta, f, indent=1)
     return 0
+
+
+NO_L2A_BUDGET = ("--budget: config.json has no l2a block (--budget is the L2A gate budget b of an L2A gate "
+                 "checkpoint; for a looped model it scales --exit-threshold in --perplexity mode)")
+
+
+def cli_budget(cfg, budget):
+    """--budget of an L2A gate checkpoint: b in [0, 1], default 1."""
+    try:
+        return check_budget(cfg, budget)
+    except ValueError as e:
+        raise SystemExit(f"--budget: {e}")
+
+
+def l2a_meta(spec):
+    """meta.json / perplexity.json fields of an L2A gate checkpoint."""
+    return {"l2a": {k: v for k, v in spec.items() if k != "outputs"}, "l2a_gates": [g for g in L2A_GATES if g in spec["gates"]],
+            "l2a_outputs": spec["outputs"]}
 
 
 def main(argv=None):
@@ -953,7 +1269,10 @@ def main(argv=None):
     ap.add_argument("--context", type=int, default=1024, help="--perplexity: window length (default 1024)")
     ap.add_argument("--exit-threshold", type=float, default=None,
                     help="--perplexity: each decode token exits by its own signal at this threshold")
-    ap.add_argument("--budget", type=float, default=None, help="--perplexity: budget b scaling --exit-threshold")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="L2A gate checkpoint (an l2a block in config.json): the budget b in [0, 1] every token "
+                         "runs under, in every mode (default 1); looped models: --perplexity only, b scaling "
+                         "--exit-threshold")
     ap.add_argument("--exit-criterion", default="auto", choices=["auto", "hazard", "latent-diff", "kl"],
                     help="--perplexity: auto = Ouro hazard, Huginn latent-diff")
     args = ap.parse_args(argv)
@@ -964,10 +1283,17 @@ def main(argv=None):
             raise SystemExit("--shared-after applies only to --layout first-then-shared")
         if args.context < 2:
             raise SystemExit("--context must be >= 2")
-        cfg = load_config(args.model)
+        W, cfg = load_model(args.model)
         ids = torch.tensor([int(t) for t in args.ids.split(",") if t.strip() != ""], dtype=torch.long)
-        return write_perplexity(args, load_checkpoint(args.model), cfg, ids)
-    if args.exit_threshold is not None or args.budget is not None:
+        return write_perplexity(args, W, cfg, ids)
+    cfg = load_config(args.model)
+    fam = family_of(cfg)
+    spec = l2a_config(cfg)
+    if spec is not None:
+        args.budget = cli_budget(cfg, args.budget)
+    elif args.budget is not None and fam not in LOOPED:
+        raise SystemExit(NO_L2A_BUDGET)
+    if args.exit_threshold is not None or (args.budget is not None and spec is None):
         raise SystemExit("--exit-threshold and --budget need --perplexity")
     if args.decode_ids is None and (args.exit_depths is not None or args.layout is not None
                                     or args.shared_after is not None):
@@ -975,9 +1301,7 @@ def main(argv=None):
     if args.shared_after is not None and args.layout != "first-then-shared":
         raise SystemExit("--shared-after applies only to --layout first-then-shared")
 
-    cfg = load_config(args.model)
-    fam = family_of(cfg)
-    W = load_checkpoint(args.model)
+    W = l2a_prepare(load_checkpoint(args.model), cfg)
     ids = torch.tensor([int(t) for t in args.ids.split(",") if t.strip() != ""], dtype=torch.long)
     if ids.numel() == 0:
         raise SystemExit("--ids is empty")
@@ -1014,16 +1338,21 @@ def main(argv=None):
         if fam in LOOPED and layout == "first-then-shared" and not 1 <= shared_after <= loops:
             raise SystemExit(f"--shared-after must be in [1, {loops}]")
         decode = run_layout(W, cfg, ids, dec_ids, exit_depths=depths if fam in LOOPED else None,
-                            loops=loops if fam in LOOPED else None, layout=layout, shared_after=shared_after)
+                            loops=loops if fam in LOOPED else None, layout=layout, shared_after=shared_after,
+                            budget=args.budget)
 
     res = run(W, cfg, ids, loops=loops if fam in LOOPED else None, init_state=init_state,
-              incremental=args.incremental, chunk=args.chunk)
+              incremental=args.incremental, chunk=args.chunk, budget=args.budget)
 
     os.makedirs(args.out_dir, exist_ok=True)
     meta = {"model_type": cfg["model_type"], "family": fam, "n_tokens": int(ids.numel()),
             "vocab_size": int(res["logits"].shape[-1]), "ids": ids.tolist(),
             "loops": loops if fam in LOOPED else None, "incremental": bool(args.incremental), "files": {}}
     write_f32(args.out_dir, "logits.f32", res["logits"], meta)
+    if spec is not None:
+        meta.update(l2a_meta(spec), budget=args.budget, chunk=args.chunk)
+        write_f32(args.out_dir, "l2a_router_logits.f32", res["l2a_router_logits"], meta)
+        write_f32(args.out_dir, "l2a_decisions.f32", res["l2a_decisions"], meta)
     if fam == "ouro":
         write_f32(args.out_dir, "ouro_lambda.f32", res["lambda"], meta)
         write_f32(args.out_dir, "ouro_pdf.f32", res["pdf"], meta)

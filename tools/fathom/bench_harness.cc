@@ -24,7 +24,7 @@ int32_t TokenAt(int64_t seq, int64_t pos, int64_t vocab) {
 
 Result<BatchDecodeResult> RunBatchDecode(const Model& model, int32_t batch, int64_t prompt,
                                          int64_t gen, int32_t loops, KvLayout layout,
-                                         int64_t prefill_tokens, DType kv_dtype) {
+                                         int64_t prefill_tokens, DType kv_dtype, float budget) {
   const ModelSpec& spec = model.spec();
   FATHOM_ASSIGN_OR_RETURN(int32_t r, ResolveLoops(spec, loops));
   FATHOM_ASSIGN_OR_RETURN(KvLayerTable table, KvLayerTable::Build(KvShapeOf(spec, r), layout, 1));
@@ -59,6 +59,7 @@ Result<BatchDecodeResult> RunBatchDecode(const Model& model, int32_t batch, int6
       c.n = prompt;
       c.loops = r;
       c.logits = PrefillChunk::Logits::kLast;
+      c.budget = budget;
       chunks.push_back(c);
       tokens += prompt;
       ++b;
@@ -73,7 +74,9 @@ Result<BatchDecodeResult> RunBatchDecode(const Model& model, int32_t batch, int6
   for (int32_t b = 0; b < batch; ++b) {
     items[static_cast<size_t>(b)].slot = b;
     items[static_cast<size_t>(b)].seq = seqs[static_cast<size_t>(b)];
+    items[static_cast<size_t>(b)].budget = budget;
   }
+  const StageRunner::GateCounts gates0 = runner.gate_counts();
   CoreStepResult step;
   CodaResult coda;
   const double t1 = Now();
@@ -95,6 +98,10 @@ Result<BatchDecodeResult> RunBatchDecode(const Model& model, int32_t batch, int6
   const double dt = Now() - t1;
   res.decode_tok_s = static_cast<double>(batch * gen) / dt;
   res.decode_step_s = dt / static_cast<double>(gen);
+  const StageRunner::GateCounts& gates = runner.gate_counts();
+  if (gates.dense_matmul_flops > gates0.dense_matmul_flops)
+    res.decode_matmul_fraction = (gates.matmul_flops - gates0.matmul_flops) /
+                                 (gates.dense_matmul_flops - gates0.dense_matmul_flops);
   return res;
 }
 

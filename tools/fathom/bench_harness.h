@@ -15,14 +15,16 @@ struct BatchDecodeResult {
   int32_t batch = 0;
   double prompt_tok_s = 0, decode_tok_s = 0;
   double decode_step_s = 0;  // one token for every sequence: prelude, R core steps, coda
+  double decode_matmul_fraction = 1;  // L2A: layer matmul flops the gates ran in decode, of dense
 };
 
 // `batch` sequences of `prompt` tokens each are prefilled (packed into calls of up to
 // `prefill_tokens` tokens), then decode `gen` tokens each in lockstep: every decode step
-// runs the prelude, `loops` core steps and the coda over the whole batch (no exits).
+// runs the prelude, `loops` core steps and the coda over the whole batch (no exits). Every
+// token runs at `budget` (L2A gate checkpoints' routers).
 Result<BatchDecodeResult> RunBatchDecode(const Model& model, int32_t batch, int64_t prompt,
                                          int64_t gen, int32_t loops, KvLayout layout,
-                                         int64_t prefill_tokens, DType kv_dtype);
+                                         int64_t prefill_tokens, DType kv_dtype, float budget = 1.f);
 
 struct StepLatency {
   int32_t batch = 0;

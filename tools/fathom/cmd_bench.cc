@@ -20,6 +20,7 @@ struct DecodeArgs {
   std::string model_dir, batch_text = "1";
   LoadFlags load;
   int64_t prompt = 128, gen = 128, threads = 2, loops = 0, prefill_tokens = 512;
+  double budget = 1;
   bool json = false;
   EngineFlags engine{kFlagLayout | kFlagKvDtype};
 
@@ -31,6 +32,7 @@ struct DecodeArgs {
     DeclareThreads(f, &threads);
     f.Int("--loops", &loops, "loop steps of a looped model (default: the model's)", 1, 4096);
     f.Int("--prefill-tokens", &prefill_tokens, "tokens per prefill call (default 512)", 1, 1 << 20);
+    f.Double("--budget", &budget, "L2A gate checkpoints: the b every token's routers read (default 1)", 0, 1);
     engine.Declare(f);
     load.Declare(f);
     f.Bool("--json", &json, "print one JSON object");
@@ -54,7 +56,7 @@ Result<DecodeRuns> MeasureDecode(const Model& m, const DecodeArgs& a, const std:
   for (int64_t b : batches) {
     FATHOM_ASSIGN_OR_RETURN(BatchDecodeResult res,
                             RunBatchDecode(m, static_cast<int32_t>(b), a.prompt, a.gen, r, o.layout,
-                                           a.prefill_tokens, o.kv_dtype));
+                                           a.prefill_tokens, o.kv_dtype, static_cast<float>(a.budget)));
     runs.results.push_back(res);
   }
   runs.after = MeasureBandwidth();
@@ -74,6 +76,7 @@ void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, in
                     {"decode_tokens_per_s", res.decode_tok_s},
                     {"decode_step_ms", res.decode_step_s * 1e3},
                     {"weight_gbs", gbs},
+                    {"decode_matmul_fraction", res.decode_matmul_fraction},
                     {"fraction_of_bandwidth", gbs / bw}});
   }
   if (a.json) {
@@ -87,6 +90,7 @@ void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, in
                         {"kv_dtype", std::string(KvDtypeName(o.kv_dtype))},
                         {"weights", a.load.weights}, {"batch_invariant", a.load.batch_invariant},
                         {"weight_bytes_per_step", bytes_per_step},
+                        {"budget", a.budget}, {"l2a", m.spec().l2a.enabled},
                         {"bandwidth_read_gbs", std::max(runs.before.read_gbs, runs.after.read_gbs)},
                         {"bandwidth_copy_gbs", std::max(runs.before.copy_gbs, runs.after.copy_gbs)},
                         {"bandwidth_triad_gbs", std::max(runs.before.triad_gbs, runs.after.triad_gbs)},
@@ -99,13 +103,14 @@ void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, in
               static_cast<long long>(a.prompt), static_cast<long long>(a.gen), KvDtypeName(o.kv_dtype).data(),
               a.load.weights.c_str(), bytes_per_step / 1e6);
   std::printf("memory bandwidth (best of read/copy/triad, before and after): %.1f GB/s\n", bw);
-  std::printf("%6s %12s %12s %12s %10s %8s\n", "batch", "prompt tok/s", "decode tok/s", "step ms",
-              "weight GB/s", "of bw");
+  if (m.spec().l2a.enabled) std::printf("L2A gates at budget %.3f\n", a.budget);
+  std::printf("%6s %12s %12s %12s %10s %8s %10s\n", "batch", "prompt tok/s", "decode tok/s", "step ms",
+              "weight GB/s", "of bw", "matmul");
   for (const auto& row : rows)
-    std::printf("%6d %12.1f %12.2f %12.2f %10.1f %7.1f%%\n", row["batch"].get<int>(),
+    std::printf("%6d %12.1f %12.2f %12.2f %10.1f %7.1f%% %9.1f%%\n", row["batch"].get<int>(),
                 row["prompt_tokens_per_s"].get<double>(), row["decode_tokens_per_s"].get<double>(),
                 row["decode_step_ms"].get<double>(), row["weight_gbs"].get<double>(),
-                100 * row["fraction_of_bandwidth"].get<double>());
+                100 * row["fraction_of_bandwidth"].get<double>(), 100 * row["decode_matmul_fraction"].get<double>());
 }
 
 int RunBenchDecode(const std::vector<std::string>& args) {
@@ -113,11 +118,13 @@ int RunBenchDecode(const std::vector<std::string>& args) {
   DecodeArgs a;
   FlagSet flags("fathom bench decode",
                 "fathom bench decode --model DIR [--batch 1,4,16,64] [--prompt 128 --gen 128 --threads 2]\n"
-                "                    [--loops R] [--layout NAME] [--weights checkpoint|int8] [--batch-invariant] [--json]",
+                "                    [--loops R] [--layout NAME] [--weights checkpoint|int8] [--batch-invariant] [--budget B] [--json]",
                 "For each batch size B: B sequences of --prompt tokens are prefilled, then decode\n"
                 "--gen tokens each in lockstep (every token at full depth). Reports prompt and\n"
                 "decode tokens/s, and the decode step's weight bytes per second as a fraction of\n"
-                "the memory bandwidth measured in the same run (copy/triad/read loops).");
+                "the memory bandwidth measured in the same run (copy/triad/read loops). An L2A gate\n"
+                "checkpoint runs every token at --budget B and reports the layer matmul flops its gates\n"
+                "ran in decode, as a fraction of the same tokens through the ungated model.");
   a.Declare(flags);
   if (Status s = flags.Parse(args); !s.ok()) return Fail(cmd, s.message(), 2);
   if (flags.help_requested()) {
@@ -135,6 +142,8 @@ int RunBenchDecode(const std::vector<std::string>& args) {
   ApplyThreads(a.threads);
   auto model = Model::Load(a.model_dir, *load);
   if (!model.ok()) return Fail(cmd, model.status().message(), 1);
+  if (flags.Seen("--budget") && !(*model)->spec().l2a.enabled)
+    return Fail(cmd, "--budget: " + a.model_dir + " is not an L2A gate checkpoint (docs/L2A_FORMAT.md); nothing reads b here", 2);
   auto r = ResolveLoops((*model)->spec(), static_cast<int32_t>(a.loops));
   if (!r.ok()) return Fail(cmd, "--" + r.status().message(), 2);
   auto runs = MeasureDecode(**model, a, *batches, *r, *opt);

@@ -69,7 +69,8 @@ Result<ExitSpec::Kind> ParseCriterion(const std::string& v) {
 }
 
 std::string PolicyText(const PerplexityOptions& o, const PerplexityResult& r, const std::string& criterion) {
-  if (r.loops == 0) return "dense (every layer)";
+  if (r.loops == 0)
+    return o.budget ? "L2A gates at budget " + std::to_string(*o.budget) : std::string("dense (every layer)");
   std::string s = std::to_string(r.loops) + " loop steps";
   if (o.exit.kind == ExitSpec::Kind::kNone) return s + ", every token at full depth";
   s += ", exit threshold " + std::to_string(o.exit.threshold) + " (" + criterion + ")";
@@ -100,6 +101,11 @@ nlohmann::json EvalResultJson(const PerplexityOptions& o, const PerplexityResult
                       {"tokens_per_s", r.tokens_per_s}};
   j["exit_threshold"] = o.exit.kind == ExitSpec::Kind::kNone ? nlohmann::json() : nlohmann::json(o.exit.threshold);
   j["budget"] = o.budget ? nlohmann::json(*o.budget) : nlohmann::json();
+  j["l2a"] = r.matmul_fraction > 0 ? nlohmann::json{{"attention_fraction", r.attention_fraction},
+                                                    {"mlp_fraction", r.mlp_fraction},
+                                                    {"heads_fraction", r.heads_fraction},
+                                                    {"matmul_fraction", r.matmul_fraction}}
+                                   : nlohmann::json();
   return j;
 }
 
@@ -119,6 +125,9 @@ void PrintText(const PerplexityOptions& o, const PerplexityResult& r, const std:
     std::printf("\n");
   }
   std::printf("layers per token: %.3f\n", r.layers_per_token);
+  if (r.matmul_fraction > 0)
+    std::printf("L2A gates: attention run %.4f, MLP run %.4f, heads kept %.4f of (token, layer); layer matmul flops %.4f of dense\n",
+                r.attention_fraction, r.mlp_fraction, r.heads_fraction, r.matmul_fraction);
   std::printf("KV: %zu bytes per decode token, %zu per prompt token\n", r.kv_bytes_per_decode_token,
               r.kv_bytes_per_prompt_token);
   std::printf("speed: %.1f tokens/s (%.3f s wall, %.3f s process CPU)\n", r.tokens_per_s, r.seconds, r.cpu_seconds);
@@ -143,7 +152,9 @@ constexpr const char* kEvalHelp =
     "exit depth. No policy flag: every token runs the model's loop count. --loops R: every token\n"
     "runs R steps. --exit-threshold Q: each decode token exits by the model's signal (Ouro:\n"
     "cumulative exit probability >= Q; Huginn: latent change < Q), at --budget B if given\n"
-    "(Q*B, Q/B), after at most the loop count.\n"
+    "(Q*B, Q/B), after at most the loop count. An L2A gate checkpoint (docs/L2A_FORMAT.md) runs\n"
+    "every token's routers at --budget B (default 1) and also reports the fraction of attention,\n"
+    "MLP, heads and layer matmul flops its gates ran.\n"
     "Windows: non-overlapping, --context tokens each; the first token of a window is prefilled\n"
     "(every loop step) and predicts the second; each later token is a decode token. Reports\n"
     "perplexity, mean depth (core steps per token), layers per token, KV bytes per token and\n"
@@ -159,7 +170,7 @@ int RunEval(const std::vector<std::string>& args) {
   double threshold = 0, budget = 1;
   bool json = false;
   FlagSet flags("fathom eval",
-                "fathom eval --model DIR (--text-file F | --ids-file F) [--loops R] [--exit-threshold Q [--budget B]]\n"
+                "fathom eval --model DIR (--text-file F | --ids-file F) [--loops R] [--exit-threshold Q] [--budget B]\n"
                 "            [--context N] [--layout NAME] [--json]",
                 kEvalHelp);
   common.Declare(flags);
@@ -167,15 +178,13 @@ int RunEval(const std::vector<std::string>& args) {
             1, 4096);
   flags.Double("--exit-threshold", &threshold, "exit early by the model's signal at this threshold", 0, 1e9);
   flags.String("--exit-criterion", &criterion, "auto (default: Ouro hazard, Huginn latent-diff), hazard, latent-diff, kl");
-  flags.Double("--budget", &budget, "budget b in [0, 1] scaling --exit-threshold (q*b, t/b)", 0, 1);
+  flags.Double("--budget", &budget, "budget b in [0, 1]: scales --exit-threshold (q*b, t/b); L2A: the routers' b", 0, 1);
   flags.String("--nll-out", &nll_out, "write each prediction's NLL (f32, text order) to this file");
   flags.String("--depths-out", &depths_out, "write each prediction's depth (int32, text order) to this file");
   flags.Bool("--json", &json, "print one JSON object");
   if (Status s = flags.Parse(args); !s.ok()) return Fail("eval", s.message(), 2);
   if (flags.help_requested()) return std::fputs(flags.Help().c_str(), stdout), 0;
   if (Status s = common.CheckInput(flags); !s.ok()) return Fail("eval", s.message(), 2);
-  if (flags.Seen("--budget") && !flags.Seen("--exit-threshold"))
-    return Fail("eval", "--budget scales an exit threshold (q*b for Ouro, t/b for Huginn): give --exit-threshold", 2);
   auto kind = ParseCriterion(criterion);
   if (!kind.ok()) return Fail("eval", kind.status().message(), 2);
   auto opt = common.Options();
