@@ -16,6 +16,11 @@
 4. train/eval.py's perplexity equals `reference.py --perplexity` (fixed depths, exit
    thresholds under the last-exited and depth-indexed layouts, dense) within 1e-4 relative
    on the mean NLL, with the same mean depth; and `fathom eval --kv-dtype f32` where it runs.
+5. L2A gates (train/l2a.py, docs/L2A_FORMAT.md): 3 steps on the tiny dense export, f32 and
+   bf16 gate checkpoints; with routers made random (mixed decisions, changing with b), the
+   export read back gives l2a.py's own logits, and reference.py --budget B gives the same
+   logits (within 1e-4) and decisions at several b, and so does `fathom logits --budget B`;
+   --eval (gated at two b's, static pruning, dense) on a few windows.
 """
 import argparse
 import json
@@ -37,6 +42,7 @@ import torch  # noqa: E402
 
 import bpe  # noqa: E402
 import checkpoint  # noqa: E402
+import l2a  # noqa: E402
 import train  # noqa: E402
 
 REFERENCE = os.path.join(ROOT, "tests", "reference", "reference.py")
@@ -241,6 +247,76 @@ def test_eval(fathom, work, ouro_f32, dense_f32, text_file):
           and all(1.05 < d < 3.95 for d in depths_seen), sorted(depths_seen))
 
 
+def test_l2a(fathom, work, dense_f32, text_file):
+    d = os.path.join(work, "l2a")
+    f32 = os.path.join(d, "f32")
+    common = ["--base", dense_f32, "--run-dir", d, "--text-file", text_file, "--steps", "3", "--batch", "2",
+              "--router-hidden", "8", "--budget-features", "2", "--lora-rank", "2", "--log-every", "1",
+              "--eval-windows", "1"]
+    l2a.main(common + ["--export", f32, "--export-dtype", "f32"])
+    with open(os.path.join(f32, "config.json")) as f:
+        blk = json.load(f)["l2a"]
+    check("l2a: config block", blk.get("version") == 1 and blk.get("skipped_attention_kv") == "compute"
+          and blk.get("lora", {}).get("rank") == 2, blk)
+    model, cfg = l2a.load(f32)
+    # random routers, so that decisions are mixed and depend on b
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for r in model.routers:
+            r.fc2.weight.copy_(torch.randn(r.fc2.weight.shape, generator=g) * 3.0 / math.sqrt(r.fc2.weight.shape[1]))
+            r.fc2.bias.copy_(torch.randn(r.fc2.bias.shape, generator=g) * 0.5)
+        for k, p in model.lora.items():  # a nonzero LoRA (B is zero at init and 3 steps barely move it)
+            p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    m = os.path.join(d, "random")
+    model.export(m, "f32", dense_f32)
+    back, _ = l2a.load(m)
+    model.eval()
+    back.eval()
+    ids = [1, 17, 42, 200, 3, 99, 7, 150, 64, 5, 255, 0, 31, 298]
+    S, V, L = len(ids), cfg["vocab_size"], cfg["num_hidden_layers"]
+    decided = []
+    for b in (0.1, 0.5, 1.0):
+        with torch.no_grad():
+            out = back(torch.tensor([ids]), b=b, exact=True, need_gates=True)
+            out0 = model(torch.tensor([ids]), b=b, exact=True)
+        mine = out["logits"][0].numpy()
+        dec = out["decisions"][0].numpy()  # [S, L, G]
+        decided.append(dec)
+        check(f"l2a b={b}: the export read back == the model written", rel(mine, out0["logits"][0]) <= 1e-6,
+              f"{rel(mine, out0['logits'][0]):.1e}")
+        rd = os.path.join(d, f"ref_b{b}")
+        run([PY, REFERENCE, "--model", m, "--ids", ",".join(map(str, ids)), "--budget", str(b), "--out-dir", rd])
+        e = rel(mine, read_ref(rd, "logits.f32", (S, V)))
+        check(f"l2a b={b}: l2a.py logits == reference.py --budget", e <= 1e-4, f"{e:.2e}")
+        # reference.py writes [L, S, G] (tests/reference/README.md); l2a.py's are [S, L, G]
+        ref_dec = np.fromfile(os.path.join(rd, "l2a_decisions.f32"), dtype="<f4")
+        check(f"l2a b={b}: decisions == reference.py's",
+              ref_dec.size == dec.size and np.array_equal(ref_dec.reshape(L, S, dec.shape[2]), dec.transpose(1, 0, 2)),
+              f"{int(dec.sum())} on of {dec.size}")
+        if fathom:
+            fl = os.path.join(d, f"fathom_b{b}.f32")
+            fr = subprocess.run([fathom, "logits", "--model", m, "--ids", ",".join(map(str, ids)), "--out", fl,
+                                 "--kv-dtype", "f32", "--budget", str(b)], capture_output=True, text=True)
+            check(f"l2a b={b}: fathom logits --budget runs", fr.returncode == 0, fr.stderr.strip()[:300])
+            if fr.returncode == 0:
+                e = rel(np.fromfile(fl, dtype="<f4").reshape(S, V), read_ref(rd, "logits.f32", (S, V)))
+                check(f"l2a b={b}: fathom logits --budget == reference.py", e <= 1e-4, f"{e:.2e}")
+    frac = [float(x.mean()) for x in decided]
+    check("l2a: the random routers give mixed decisions that change with b",
+          all(0.05 < f < 0.95 for f in frac) and not all(np.array_equal(decided[0], x) for x in decided[1:]), frac)
+    bf = os.path.join(d, "bf16")
+    model.export(bf, "bf16", dense_f32)
+    run([PY, REFERENCE, "--model", bf, "--ids", "1,2,3", "--budget", "0.5", "--out-dir", os.path.join(d, "ref_bf16")])
+    check("l2a: reference.py loads the bf16 export", os.path.exists(os.path.join(d, "ref_bf16", "logits.f32")))
+    l2a.main(["--base", dense_f32, "--run-dir", d, "--text-file", text_file, "--eval", "--model", m, "--context", "32",
+              "--eval-tokens", "96", "--select-tokens", "64", "--budgets", "0.3,1.0"])
+    with open(os.path.join(d, "eval", "l2a_eval.json")) as f:
+        ev = json.load(f)
+    check("l2a --eval: gated rows, the static path from nothing to everything dropped",
+          len(ev["gated"]) == 2 and len(ev["static"]) == 2 * L + 1 and ev["static"][-1]["compute"] == 0.0
+          and all(0.0 <= r["compute"] <= 1.0 for r in ev["gated"]), [round(r["compute"], 3) for r in ev["gated"]])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fathom", help="the fathom binary (its checks are skipped without it)")
@@ -260,6 +336,7 @@ def main(argv=None):
             exports[recipe] = test_recipe(a.fathom, work, recipe, text_file, tok)
         test_resume(work, text_file, tok)
         test_eval(a.fathom, work, exports["tiny-ouro"], exports["tiny-dense"], text_file)
+        test_l2a(a.fathom, work, exports["tiny-dense"], text_file)
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -240,20 +240,26 @@ def lr_at(step, total, tr):
     return tr["lr"] * (tr["min_lr_frac"] + (1 - tr["min_lr_frac"]) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def plot(run_dir, family):
+def plot_rows(path):
+    """(matplotlib.pyplot, the rows of the CSV log at path), or None without matplotlib or rows."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return
-    path = os.path.join(run_dir, "log.csv")
+        return None
     if not os.path.exists(path):
-        return
+        return None
     with open(path) as f:
         rows = list(csv.DictReader(f))
-    if not rows:
+    return (plt, rows) if rows else None
+
+
+def plot(run_dir, family):
+    got = plot_rows(os.path.join(run_dir, "log.csv"))
+    if got is None:
         return
+    plt, rows = got
     fig, ax = plt.subplots(figsize=(8, 5))
     toks = [float(r["tokens"]) / 1e6 for r in rows]
     keys = [k for k in rows[0] if k.startswith("ce")] or ["loss"]

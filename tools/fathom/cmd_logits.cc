@@ -24,16 +24,19 @@ int RunLogits(const std::vector<std::string>& args) {
   std::string kv_dtype{KvDtypeName(PromptOptions{}.kv_dtype)};
   LoadFlags load_flags;
   int64_t loops = 0;
+  double budget = 1;
   FlagSet flags("fathom logits",
-                "fathom logits --model DIR --ids 1,2,3 [--loops R] [--init-state zero|seed:N] --out FILE",
+                "fathom logits --model DIR --ids 1,2,3 [--loops R] [--init-state zero|seed:N] [--budget B] --out FILE",
                 "Runs the prompt once (causal, every loop step) and writes the logits of every\n"
-                "position as little-endian float32, row-major [n_tokens, vocab_size].");
+                "position as little-endian float32, row-major [n_tokens, vocab_size]. An L2A gate\n"
+                "checkpoint (docs/L2A_FORMAT.md) runs every token's routers at --budget B.");
   flags.String("--model", &model_dir, "Hugging Face model directory");
   flags.String("--ids", &ids_text, "comma-separated prompt token ids");
   flags.String("--out", &out_path, "output file");
   flags.Int("--loops", &loops, "loop count of a looped model (default: total_ut_steps for Ouro, "
             "mean_recurrence for Huginn)", 1, 4096);
   flags.String("--init-state", &init, "Huginn's initial state: zero (default) or seed:N");
+  flags.Double("--budget", &budget, "L2A gate checkpoints: the b every token's routers read (default 1)", 0, 1);
   flags.String("--precision", &precision,
                "bf16 matmuls: fast (activations rounded to bf16, default) or accurate (split into\n"
                "      two bf16 parts: about 16 mantissa bits, twice the cost)");
@@ -59,7 +62,10 @@ int RunLogits(const std::vector<std::string>& args) {
   auto model = Model::Load(model_dir, *load);
   if (!model.ok()) return Fail("logits", model.status().message(), 1);
   const ModelSpec& spec = (*model)->spec();
+  if (flags.Seen("--budget") && !spec.l2a.enabled)
+    return Fail("logits", "--budget: " + model_dir + " is not an L2A gate checkpoint (docs/L2A_FORMAT.md); nothing reads b here", 2);
   PromptOptions opt;
+  opt.budget = static_cast<float>(budget);
   opt.loops = static_cast<int32_t>(loops);
   opt.random_init = *init_seed;
   opt.kv_dtype = *kv;
