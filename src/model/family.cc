@@ -88,7 +88,7 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelSpec& s) {
     add(n.router_fc2_bias, {G});
     for (const LayerNames::Lora& lora : n.lora) {
       const auto base = std::find_if(out.begin(), out.end(), [&](const ExpectedTensor& t) { return t.name == lora.base; });
-      const Shape& w = base->shape;  // [out, in], declared above
+      const Shape w = base->shape;  // [out, in], declared above (a copy: add() grows `out`)
       add(lora.a, {s.l2a.lora_rank, w[1]});
       add(lora.b, {w[0], s.l2a.lora_rank});
     }
