@@ -74,9 +74,12 @@ class EvalReference : public ::testing::Test {
   // engine's) last-exited.
   static Ref Reference(const std::string& family, const std::vector<int32_t>& ids, const std::string& args,
                        const std::string& layout = "last-exited") {
+    return ReferenceOf(ModelDir(family), ids, "--layout " + layout + " " + args);
+  }
+  // reference.py --perplexity on the checkpoint in model_dir.
+  static Ref ReferenceOf(const std::string& model_dir, const std::vector<int32_t>& ids, const std::string& args) {
     TempDir out;
-    testing::RunReference(ModelDir(family), ids, 0, out.path(),
-                          "--perplexity --context " + std::to_string(kContext) + " --layout " + layout + " " + args);
+    testing::RunReference(model_dir, ids, 0, out.path(), "--perplexity --context " + std::to_string(kContext) + " " + args);
     Ref r;
     r.nll = testing::ReadF32File(out / "nll.f32");
     r.depths = testing::ReadF32File(out / "nll_depths.f32");
@@ -144,14 +147,7 @@ TEST_F(EvalReference, L2aGatesMatchReferenceAtEachBudget) {
   double low_fraction = 0;
   for (double b : {0.2, 1.0}) {
     SCOPED_TRACE("budget " + std::to_string(b));
-    TempDir out;
-    testing::RunReference(dir / "model", ids, 0, out.path(),
-                          "--perplexity --context " + std::to_string(kContext) + " --budget " + std::to_string(b));
-    Ref ref;
-    ref.nll = testing::ReadF32File(out / "nll.f32");
-    ref.depths = testing::ReadF32File(out / "nll_depths.f32");
-    std::ifstream f(out / "perplexity.json");
-    ref.perplexity = nlohmann::json::parse(f)["perplexity"].get<double>();
+    const Ref ref = ReferenceOf(dir / "model", ids, "--budget " + std::to_string(b));
     PerplexityOptions opt;
     opt.kv_dtype = DType::kF32;
     opt.context = kContext;
