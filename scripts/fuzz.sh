@@ -35,8 +35,11 @@ lock=(flock /tmp/fathom-build.lock)
 command -v flock > /dev/null || lock=()
 t0=$SECONDS
 if [ ! -f $build/CMakeCache.txt ]; then
+  # A compiler cache where one is installed (CI's host has ccache; test.sh does the same).
+  launcher=()
+  command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
   cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++-14 \
-        -DFATHOM_FUZZ=ON -DFATHOM_BUILD_TESTS=OFF > /dev/null
+        -DFATHOM_FUZZ=ON -DFATHOM_BUILD_TESTS=OFF ${launcher[@]+"${launcher[@]}"} > /dev/null
 fi
 "${lock[@]}" cmake --build $build --target "${targets[@]/%/_fuzz}"
 echo "== fuzz: build $((SECONDS - t0)) s"
