@@ -1,6 +1,7 @@
 #include "cmd_requests.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -21,12 +22,18 @@ struct RequestsArgs {
   std::string model_dir, path;
   LoadFlags load;
   int64_t threads = 0;
-  bool json = false;
+  bool json = false, budget_control = false;
+  double reclaim_at = -1, reclaim_s = 10;
   EngineFlags engine{kRequestsEngineFlags, "the largest loops of any request"};
 
   void Declare(FlagSet& f) {
     f.String("--model", &model_dir, "Hugging Face model directory");
     f.String("--requests", &path, "file of JSON requests, one per line");
+    f.Double("--reclaim-at", &reclaim_at,
+             "seconds into the run of a reclaim notice (checked after each step; default: none)", 0, 1e9);
+    f.Double("--reclaim-s", &reclaim_s, "seconds the notice gives before the run stops (default 10)", 1e-6, 1e9);
+    f.Bool("--budget-control", &budget_control,
+           "recompute the compute budget b every step from deadlines (deadline_ms), the queue, KV and the reclaim notice");
     engine.Declare(f);
     load.Declare(f);
     DeclareThreads(f, &threads);
@@ -45,9 +52,65 @@ Result<std::vector<RequestSpec>> ReadRequests(const std::string& path) {
   return reqs;
 }
 
+// What a reclaim notice did to an offline run (`--reclaim-at`): a machine about to be taken
+// away. At the notice the requests not yet started (nothing prefilled, no token) are not
+// started (the server's 503), b falls for the rest where --budget-control is on, and
+// --reclaim-s later the run stops: what has not finished then is cut (its tokens so far kept).
+enum class ReclaimFate { kNone, kNotStarted, kCut };
+struct ReclaimRun {
+  bool noticed = false;
+  double at_s = 0;                 // when the notice was given, seconds into the run
+  double seconds = 0;              // the time it gave
+  int64_t in_flight = 0;           // started and unfinished at the notice
+  std::vector<ReclaimFate> fate;   // per engine request id
+};
+
+bool Started(const SchedRequestState& r) { return r.prefilled > 0 || !r.tokens.empty(); }
+
+// RunToCompletion, with the notice of --reclaim-at (reclaim_at < 0: none).
+Status RunWithReclaim(Engine& e, double reclaim_at, double reclaim_s, ReclaimRun* rr) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  auto set_fate = [&](RequestId id, ReclaimFate f) {
+    if (static_cast<size_t>(id) >= rr->fate.size()) rr->fate.resize(static_cast<size_t>(id) + 1, ReclaimFate::kNone);
+    rr->fate[static_cast<size_t>(id)] = f;
+  };
+  while (e.HasWork()) {
+    FATHOM_RETURN_IF_ERROR(e.Step());
+    if (reclaim_at < 0) continue;
+    const double t = elapsed();
+    if (!rr->noticed && t >= reclaim_at) {
+      rr->noticed = true, rr->at_s = t, rr->seconds = reclaim_s;
+      e.NoticeReclaim(reclaim_s);
+      const std::vector<RequestId> waiting(e.scheduler().waiting().begin(), e.scheduler().waiting().end());
+      for (RequestId id : waiting)
+        if (!Started(e.request(id))) e.Cancel(id), set_fate(id, ReclaimFate::kNotStarted);
+      for (const auto* q : {&e.scheduler().waiting(), &e.scheduler().ready(), &e.scheduler().looping(),
+                            &e.scheduler().exited()})
+        rr->in_flight += static_cast<int64_t>(q->size());
+    }
+    if (rr->noticed && t >= rr->at_s + reclaim_s && e.HasWork()) {
+      std::vector<RequestId> left;
+      for (const auto* q : {&e.scheduler().waiting(), &e.scheduler().ready(), &e.scheduler().looping(),
+                            &e.scheduler().exited()})
+        left.insert(left.end(), q->begin(), q->end());
+      for (RequestId id : left) e.Cancel(id), set_fate(id, ReclaimFate::kCut);
+    }
+  }
+  return Status::Ok();
+}
+
+json ReclaimSummary(const ReclaimRun& rr) {
+  int64_t not_started = 0, cut = 0;
+  for (ReclaimFate f : rr.fate) not_started += f == ReclaimFate::kNotStarted, cut += f == ReclaimFate::kCut;
+  return {{"noticed", rr.noticed}, {"at_s", rr.at_s}, {"seconds", rr.seconds}, {"in_flight", rr.in_flight},
+          {"finished_in_time", rr.in_flight - cut}, {"cut", cut}, {"not_started", not_started}};
+}
+
 // Each request's output (or why the engine refused it) and the run's summary.
 json Report(const Engine& e, const std::vector<RequestSpec>& reqs, const std::vector<RequestId>& ids,
-            const std::vector<std::string>& errors, const EngineOptions& opt) {
+            const std::vector<std::string>& errors, const EngineOptions& opt, const ReclaimRun* rr) {
   const EngineStats& st = e.stats();
   const double tps = st.seconds > 0 ? static_cast<double>(st.output_tokens) / st.seconds : 0;
   const double mean_depth =
@@ -70,6 +133,9 @@ json Report(const Engine& e, const std::vector<RequestSpec>& reqs, const std::ve
       j["output_ids"] = r.tokens;
       j["exit_depths"] = r.depths;
       j["finish_reason"] = std::string(FinishReasonName(r.finish));
+      const size_t k = static_cast<size_t>(ids[i]);
+      if (rr && k < rr->fate.size() && rr->fate[k] != ReclaimFate::kNone)
+        j["reclaim"] = rr->fate[k] == ReclaimFate::kCut ? "cut" : "not_started";
     }
     out_reqs.push_back(j);
   }
@@ -83,6 +149,7 @@ json Report(const Engine& e, const std::vector<RequestSpec>& reqs, const std::ve
                   {"steps", st.steps},
                   {"preemptions", st.preemptions},
                   {"scheduler_time_share", st.seconds > 0 ? st.schedule_seconds / st.seconds : 0}};
+  if (rr) summary["reclaim"] = ReclaimSummary(*rr);
   return {{"requests", out_reqs}, {"summary", summary}};
 }
 
@@ -90,7 +157,10 @@ void PrintText(const json& report, bool looped) {
   for (const json& j : report["requests"]) {
     std::printf("%s: output ids %s\n", j["id"].get<std::string>().c_str(), j["output_ids"].dump().c_str());
     if (looped) std::printf("  exit depths %s\n", j["exit_depths"].dump().c_str());
-    std::printf("  finish reason: %s\n", j["finish_reason"].get<std::string>().c_str());
+    std::printf("  finish reason: %s%s\n", j["finish_reason"].get<std::string>().c_str(),
+                !j.contains("reclaim")                ? ""
+                : j["reclaim"] == "cut"               ? " (cut: the reclaim notice's time ran out)"
+                                                      : " (not started: the reclaim notice came first)");
   }
   const json& s = report["summary"];
   const json& batch = s["mean_batch_size"];
@@ -104,6 +174,16 @@ void PrintText(const json& report, bool looped) {
   std::printf("  %lld steps, %lld preemptions, scheduler time share %.2f%%\n",
               static_cast<long long>(s["steps"].get<int64_t>()), static_cast<long long>(s["preemptions"].get<int64_t>()),
               100 * s["scheduler_time_share"].get<double>());
+  if (s.contains("reclaim")) {
+    const json& r = s["reclaim"];
+    if (!r["noticed"].get<bool>()) std::printf("  reclaim: the run ended before the notice\n");
+    else
+      std::printf("  reclaim notice at %.3f s with %g s left: %lld of %lld in flight finished in time, %lld cut, %lld not started\n",
+                  r["at_s"].get<double>(), r["seconds"].get<double>(),
+                  static_cast<long long>(r["finished_in_time"].get<int64_t>()),
+                  static_cast<long long>(r["in_flight"].get<int64_t>()), static_cast<long long>(r["cut"].get<int64_t>()),
+                  static_cast<long long>(r["not_started"].get<int64_t>()));
+  }
 }
 
 }  // namespace
@@ -113,12 +193,17 @@ int RunGenerateRequests(const std::vector<std::string>& args) {
   FlagSet flags(
       "fathom generate",
       "fathom generate --model DIR --requests FILE [--scheduler cb|cdb-norefill|cdb-refill]\n"
-      "                [--layout NAME] [--k K] [--width W] [--kv-memory BYTES] [--lookahead] [--json]",
+      "                [--layout NAME] [--k K] [--width W] [--kv-memory BYTES] [--lookahead]\n"
+      "                [--budget-control] [--reclaim-at S [--reclaim-s T]] [--json]",
       "Runs every request of FILE (one JSON object per line, e.g. {\"id\": \"r1\", \"prompt_ids\":\n"
       "[1, 2, 3], \"max_tokens\": 16, \"temperature\": 0, \"loops\": 4} or \"exit_threshold\": 0.5)\n"
       "through the batched engine and prints each request's output and exit depths, then a\n"
       "summary: output tokens/s, mean exit depth, mean batch size per stage, preemptions and\n"
-      "the scheduler's share of the time.");
+      "the scheduler's share of the time. --reclaim-at S: S seconds into the run (after the step\n"
+      "that passes S) a reclaim notice with --reclaim-s left: requests not started yet are not\n"
+      "started, b falls for the rest (with --budget-control; looped models need exit_threshold),\n"
+      "and what has not finished --reclaim-s later is cut; each such request is marked\n"
+      "(\"reclaim\": \"not_started\" or \"cut\") and the summary counts them.");
   a.Declare(flags);
   if (Status s = flags.Parse(args); !s.ok()) return Fail("generate", s.message(), 2);
   if (flags.help_requested()) {
@@ -127,6 +212,7 @@ int RunGenerateRequests(const std::vector<std::string>& args) {
   }
   auto opt = a.engine.Options();
   if (!opt.ok()) return Fail("generate", opt.status().message(), 2);
+  opt->budget_control = a.budget_control;
   auto reqs = ReadRequests(a.path);
   if (!reqs.ok()) return Fail("generate", reqs.status().message(), 2);
   auto load = a.load.Options();
@@ -149,8 +235,10 @@ int RunGenerateRequests(const std::vector<std::string>& args) {
     errors[i] = id.status().message();
     std::fprintf(stderr, "fathom generate: request '%s': %s\n", (*reqs)[i].name.c_str(), errors[i].c_str());
   }
-  if (Status s = (*engine)->RunToCompletion(); !s.ok()) return Fail("generate", s.message(), 1);
-  const json report = Report(**engine, *reqs, ids, errors, *opt);
+  ReclaimRun rr;
+  if (Status s = RunWithReclaim(**engine, a.reclaim_at, a.reclaim_s, &rr); !s.ok())
+    return Fail("generate", s.message(), 1);
+  const json report = Report(**engine, *reqs, ids, errors, *opt, a.reclaim_at >= 0 ? &rr : nullptr);
   if (a.json) std::printf("%s\n", report.dump().c_str());
   else PrintText(report, spec.loop.looped);
   for (const std::string& err : errors)

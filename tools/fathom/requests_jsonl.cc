@@ -110,6 +110,17 @@ Result<RequestSpec> ParseOne(const json& j, int64_t line) {
     } else if (k == "ignore_eos") {
       if (!v.is_boolean()) return FieldError(line, k, "expected true or false");
       r.stop_at_eos = !v.get<bool>();
+    } else if (k == "budget") {
+      FATHOM_ASSIGN_OR_RETURN(double b, Num(v, line, k, 0, 1));
+      r.budget = b;
+    } else if (k == "deadline_ms") {
+      FATHOM_ASSIGN_OR_RETURN(double ms, Num(v, line, k, 1e-3, 1e12));
+      r.deadline_s = ms / 1000;
+    } else if (k == "service_tier") {
+      if (!v.is_string()) return FieldError(line, k, "expected priority, default or flex");
+      auto tier = ParseServiceTier(v.get<std::string>());
+      if (!tier.ok()) return FieldError(line, k, "'" + v.get<std::string>() + "' is not one of priority, default, flex, auto");
+      r.tier = *tier;
     } else if (k == "exit_threshold") {
       FATHOM_ASSIGN_OR_RETURN(threshold, Num(v, line, k, 0, 1e9));
       has_threshold = true;
