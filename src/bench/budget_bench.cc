@@ -76,6 +76,10 @@ struct LoadLoop {
     BudgetBin& bin = Bin(t);
     const Scheduler& s = engine.scheduler();
     ++bin.steps;
+    const GateCounts& g = engine.gate_counts();
+    bin.gate_flops += g.matmul_flops - last_gates.matmul_flops;
+    bin.dense_flops += g.dense_matmul_flops - last_gates.dense_matmul_flops;
+    last_gates = g;
     bin.b_sum += PolicyB();
     bin.waiting_sum += static_cast<double>(s.waiting().size());
     bin.running_sum += static_cast<double>(s.ready().size() + s.looping().size() + s.exited().size());
@@ -99,6 +103,7 @@ struct LoadLoop {
     return true;
   }
   double last_lost_check = 0;
+  GateCounts last_gates;  // the engine's gate counts at the last Record
   double PolicyB() const {
     return policy == BudgetPolicy::kController ? engine.budget().b
            : policy == BudgetPolicy::kLow      ? LowBudget(opt)
@@ -133,7 +138,7 @@ double Recovery(const PolicyRun& run, const BudgetBenchOptions& opt) {
 
 json Timeline(const PolicyRun& run, const BudgetBenchOptions& opt) {
   json t = json::array(), b = json::array(), tb = json::array(), d = json::array(), w = json::array(),
-       r = json::array(), a = json::array();
+       r = json::array(), a = json::array(), gc = json::array();
   for (size_t i = 0; i < run.bins.size(); ++i) {
     const BudgetBin& x = run.bins[i];
     const double steps = std::max<double>(1, static_cast<double>(x.steps));
@@ -145,8 +150,20 @@ json Timeline(const PolicyRun& run, const BudgetBenchOptions& opt) {
     w.push_back(x.waiting_sum / steps);
     r.push_back(x.running_sum / steps);
     a.push_back(x.arrivals);
+    gc.push_back(x.dense_flops > 0 ? json(x.gate_flops / x.dense_flops) : json(nullptr));
   }
-  return {{"t", t}, {"b", b}, {"token_b", tb}, {"depth", d}, {"waiting", w}, {"running", r}, {"arrivals", a}};
+  return {{"t", t}, {"b", b}, {"token_b", tb}, {"depth", d}, {"waiting", w}, {"running", r}, {"arrivals", a},
+          {"gate_compute", gc}};
+}
+
+// L2A: the fractions of (token, layer) pairs that ran attention / MLP
+// and of the layers' matmul flops run against the ungated model (null: no gates).
+json GateCompute(const GateCounts& g) {
+  if (g.token_layers == 0) return nullptr;
+  const auto tl = static_cast<double>(g.token_layers);
+  return {{"attention", static_cast<double>(g.attention) / tl},
+          {"mlp", static_cast<double>(g.mlp) / tl},
+          {"matmul_flops", g.dense_matmul_flops > 0 ? g.matmul_flops / g.dense_matmul_flops : 0.0}};
 }
 
 bool Met(const RequestOutcome& o) { return o.finish >= 0 && o.finish - o.arrival <= o.deadline; }
@@ -291,6 +308,7 @@ Result<PolicyRun> RunBudgetPolicy(const Model& model, const BudgetBenchOptions& 
   }
   run.wall_s = loop.Now();
   run.stats = engine->stats();
+  run.gates = engine->gate_counts();
   return run;
 }
 
@@ -320,6 +338,7 @@ json LoadReport(const PolicyRun& run, const BudgetBenchOptions& opt) {
           {"latency_p99_s", Percentile(latency, 0.99)},
           {"mean_depth", static_cast<double>(st.depth_sum) / decode},
           {"mean_b", b_sum / decode},
+          {"gate_compute", GateCompute(run.gates)},
           {"deadline_hopeless", st.deadline_hopeless},
           {"wall_s", run.wall_s},
           {"steps", st.steps},

@@ -86,6 +86,9 @@ std::vector<LoadRequest> MakeLoad(const ModelSpec& spec, const BudgetBenchOption
 struct BudgetBin {
   double b_sum = 0, token_b_sum = 0, depth_sum = 0, waiting_sum = 0, running_sum = 0;
   int64_t steps = 0, tokens = 0, arrivals = 0;
+  // L2A gate checkpoints: the layers' matmul flops run in this bin's steps, and the same
+  // tokens' through the ungated blocks (prompts included).
+  double gate_flops = 0, dense_flops = 0;
 };
 
 struct RequestOutcome {
@@ -98,6 +101,7 @@ struct PolicyRun {
   BudgetPolicy policy = BudgetPolicy::kFull;
   double wall_s = 0, notice_at = -1;
   EngineStats stats;
+  GateCounts gates;  // L2A: what the gates ran over the whole run
   std::vector<RequestOutcome> requests;
   std::vector<BudgetBin> bins;
 };

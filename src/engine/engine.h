@@ -140,6 +140,8 @@ class Engine {
   const EngineStats& stats() const { return stats_; }
   const Scheduler& scheduler() const { return sched_; }
   const Plan& last_plan() const { return plan_; }
+  // L2A gate checkpoints: what the gates ran so far, prompts included (zero otherwise).
+  const GateCounts& gate_counts() const { return runner_->gate_counts(); }
   const KvManager& kv() const { return *kv_; }
   int32_t max_depth() const { return max_depth_; }
   // The budget: the controller's last decision (b = 1 when budget_control is off), and per

@@ -63,6 +63,16 @@ struct CodaResult {
   std::vector<int32_t> tokens; // sampled, per item
 };
 
+// L2A gate checkpoints: what the gates ran, summed over every token and layer since the
+// backend was built. Matmul flops count 2 M N K of each matmul as run (rows gathered),
+// against the same tokens through the ungated block.
+struct GateCounts {
+  int64_t token_layers = 0;        // (token, layer) pairs through a gated block
+  int64_t attention = 0, mlp = 0;  // of those, with the attention / MLP run
+  int64_t heads = 0;               // query heads attended (of token_layers * n_heads)
+  double matmul_flops = 0, dense_matmul_flops = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -81,6 +91,8 @@ class Backend {
   virtual Status Coda(const std::vector<DecodeItem>& items, CodaResult* out) = 0;
 
   virtual int32_t num_slots() const = 0;
+  // What the gates of an L2A checkpoint ran (all zero for other models).
+  virtual const GateCounts& gate_counts() const = 0;
 };
 
 }  // namespace fathom

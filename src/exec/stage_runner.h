@@ -54,16 +54,9 @@ class StageRunner final : public Backend {
   int32_t num_slots() const override { return num_slots_; }
   const RunLimits& limits() const { return st_.limits; }
 
-  // L2A gate checkpoints: what the gates ran, summed over every token and layer since
-  // construction. Matmul flops count 2 M N K of each matmul as run (rows gathered), against
-  // the same tokens through the ungated block.
-  struct GateCounts {
-    int64_t token_layers = 0;  // (token, layer) pairs through a gated block
-    int64_t attention = 0, mlp = 0;  // of those, with the attention / MLP run
-    int64_t heads = 0;         // query heads attended (of token_layers * n_heads)
-    double matmul_flops = 0, dense_matmul_flops = 0;
-  };
-  const GateCounts& gate_counts() const { return gate_counts_; }
+  // L2A gate checkpoints: what the gates ran (backend.h).
+  using GateCounts = fathom::GateCounts;
+  const GateCounts& gate_counts() const override { return gate_counts_; }
 
  private:
   using Rows = std::span<const StageRow>;

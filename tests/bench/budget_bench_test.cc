@@ -113,6 +113,40 @@ TEST(BenchBudget, ShortRunServesEveryRequestUnderEachPolicy) {
   EXPECT_TRUE(j["targets"].contains("reclaim_fraction"));
 }
 
+// A gate checkpoint: b reaches its routers, and the report says what the gates ran. Forced
+// gates give known fractions: all on is the ungated model; all off under the `mask` policy
+// runs no layer matmul at all (under `compute` a skipped attention still runs q/k/v).
+TEST(BenchBudget, GateCheckpointsReportWhatTheirGatesRan) {
+  testing::TempDir tmp;
+  for (const char* force : {"on", "off"}) {
+    const std::string dir = tmp / (std::string("l2a_") + force);
+    testing::MakeUpstreamTinyModel("llama", dir, DType::kF32,
+                                   std::string("--l2a-gates attention,mlp --l2a-kv mask --l2a-force ") + force);
+    const testing::CommandResult r = testing::RunCommand(
+        testing::FathomBinary() + " bench budget --model " + dir +
+        " --warm 0.5 --burst 0.5 --after 0.5 --rate 4 --no-reclaim --calib-requests 4 --width 4"
+        " --max-output 6 --threads 1 --json --quiet 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << force << ": " << r.output;
+    const json j = json::parse(r.output.substr(r.output.find('{')));
+    ASSERT_EQ(j["runs"].size(), 3u);
+    const double want = force == std::string("on") ? 1.0 : 0.0;
+    for (const json& run : j["runs"]) {
+      ASSERT_TRUE(run["gate_compute"].is_object()) << force << " " << run["policy"];
+      EXPECT_DOUBLE_EQ(run["gate_compute"]["attention"].get<double>(), want) << force << " " << run["policy"];
+      EXPECT_DOUBLE_EQ(run["gate_compute"]["mlp"].get<double>(), want) << force << " " << run["policy"];
+      EXPECT_NEAR(run["gate_compute"]["matmul_flops"].get<double>(), want, 1e-12) << force << " " << run["policy"];
+      EXPECT_EQ(run["finished"], j["load"]["requests"]) << force << " " << run["policy"];
+    }
+  }
+  // A dense model without gates: b would change nothing, so it is refused.
+  const std::string dense = tmp / "dense";
+  testing::MakeTinyModel("llama", dense, DType::kF32);
+  const testing::CommandResult r =
+      testing::RunCommand(testing::FathomBinary() + " bench budget --model " + dense + " 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("neither a looped model nor an L2A gate checkpoint"), std::string::npos) << r.output;
+}
+
 TEST(BenchBudget, BadFlagsAreNamed) {
   testing::TempDir tmp;
   const std::string dir = tmp / "ouro";

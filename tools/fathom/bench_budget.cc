@@ -31,7 +31,8 @@ constexpr const char* kDescription =
     "latency, mean depth and b, and b and depth over time. Then a reclaim notice with\n"
     "--reclaim-s left at --reclaim-at seconds into the same load (full and controller): the\n"
     "fraction of the requests in flight that finish in time. Exits: each request's signal exit\n"
-    "at --exit-threshold, moved by b (q.b, t/b). Progress on stderr; --out writes the JSON\n"
+    "at --exit-threshold, moved by b (q.b, t/b); a gate checkpoint's routers read each token's b\n"
+    "(its prompt runs at b = 1 except under low). Progress on stderr; --out writes the JSON\n"
     "(timelines included) that scripts/render-budget-bench.py plots.";
 
 struct BudgetArgs {
@@ -43,7 +44,7 @@ struct BudgetArgs {
   bool json = false, quiet = false, no_reclaim = false;
 
   void Declare(FlagSet& f) {
-    f.String("--model", &model_dir, "Hugging Face model directory of a looped model");
+    f.String("--model", &model_dir, "Hugging Face model directory of a looped model or an L2A gate checkpoint");
     f.String("--workload", &workload, "request shapes: alpaca (default), sharegpt, arxiv");
     f.Int("--max-output", &o.max_output, "output lengths cut to this (default 128)", 1, 1 << 20);
     f.Double("--exit-threshold", &o.exit_threshold, "each request's exit threshold at b = 1 (default 1: full depth)", 0,
@@ -129,7 +130,9 @@ int RunBenchBudget(const std::vector<std::string>& args) {
   ApplyThreads(a.threads);
   auto model = Model::Load(a.model_dir);
   if (!model.ok()) return Fail(cmd, model.status().message(), 1);
-  if (!(*model)->spec().loop.looped) return Fail(cmd, "--model: '" + a.model_dir + "' is not a looped model", 2);
+  // b drives a looped model's exits and a gate checkpoint's routers; nothing else.
+  if (!(*model)->spec().loop.looped && !(*model)->spec().l2a.enabled)
+    return Fail(cmd, "--model: '" + a.model_dir + "' is neither a looped model nor an L2A gate checkpoint", 2);
   auto report = bench::RunBudgetBench(**model, a.o);
   if (!report.ok()) return Fail(cmd, report.status().message(), 1);
   (*report)["model"] = a.model_dir;
