@@ -38,8 +38,12 @@ Loss (the paper's L(b) = CE + gamma KD + lambda (C(b) - B(b)) + lambda_T R_tok):
     marginal CE value of compute the optimum is C = B; --penalty l2 or hinge for the others).
     lambda_T = 0: R_tok is the paper's reasoning-token length term, which has no meaning for
     LM training on text.
-b is sampled per row (each of a batch's sequences its own b, uniform in [--b-min, 1]; seeded by
-the step, so a resumed run sees the same b's).
+b is sampled per row (each of a batch's sequences its own b, b_min + (1 - b_min) u^P with u
+uniform and P = --b-power, 1 by default; seeded by the step, so a resumed run sees the same b's).
+--anchor mu adds mu times a logistic loss pulling every attention / MLP gate toward the static
+path's decision at the row's b (the warm start's): the routers then leave the static order only
+where CE + KD gain more than the anchor costs (a trust region around static pruning; the paper has
+no such term).
 
 Run directory: state.pt (resumable: routers, LoRA, optimizer, step; every --ckpt-minutes and at
 the end; SIGTERM checkpoints and exits; re-run the same command to resume), hf/ (the gate
@@ -207,11 +211,14 @@ class L2A(nn.Module):
             y = y + self.lora_scale * fastmm.linear(fastmm.linear(x, self.lora[key]), self.lora[f"{i}_{name}_B"])
         return y
 
-    def forward(self, ids, b=None, teacher=False, exact=False, drop=frozenset(), need_gates=False):
+    def forward(self, ids, b=None, teacher=False, exact=False, drop=frozenset(), need_gates=False, anchor_taus=None):
         """ids [B, T]; b: float or [B] (per row).  teacher: every gate on, no LoRA (the dense base);
         drop: {("attention", i), ("mlp", i)} sub-layers skipped for every token (static pruning,
         with teacher=True).  Returns logits, per-token compute c [B, T] (a fraction of the
-        layers' flops, straight-through), and the gate decisions when need_gates."""
+        layers' flops, straight-through), and the gate decisions when need_gates.
+        anchor_taus {(kind, i): tau}: also "anchor", the mean logistic loss softplus(-s z) of every
+        attention / MLP gate against the static path's decision at the row's b (s = +1 if b > tau,
+        else -1; a sub-layer the static path never drops has s = +1)."""
         cfg = self.config
         Bn, T = ids.shape
         cos, sin = models.rope_tables(T, self.D, cfg["rope_theta"])
@@ -220,6 +227,7 @@ class L2A(nn.Module):
         tot = self.L * (fl["qkv"] + fl["core"] + fl["o"] + fl["mlp"])
         c = x.new_zeros(Bn, T)
         decisions = []
+        anchor, n_anchor = x.new_zeros(()), 0
         use_lora = not teacher
         mask = torch.ones(T, T, dtype=torch.bool).tril()
         if not teacher:
@@ -243,6 +251,13 @@ class L2A(nn.Module):
                     g_mlp, k = g[..., k], k + 1
                 if "heads" in self.gates:
                     g_heads = g[..., k : k + self.H]
+                if anchor_taus is not None:
+                    k2 = 0
+                    for kind in ("attention", "mlp"):
+                        if kind in self.gates:
+                            sign = (bt > anchor_taus.get((kind, i), -1.0)).float() * 2 - 1  # [B]
+                            anchor = anchor + F.softplus(-sign[:, None] * z[..., k2].float()).mean()
+                            n_anchor, k2 = n_anchor + 1, k2 + 1
                 if need_gates:
                     decisions.append(hard.detach())
             if ("attention", i) in drop:
@@ -275,6 +290,8 @@ class L2A(nn.Module):
                               * self.proj(i, layer.mlp, "up_proj", h2, use_lora), use_lora)
                 x = x + (m * g_mlp[..., None] if g_mlp is not None else m)
         out = {"logits": self.base.lm_head(self.base.model.norm(x)), "compute": c}
+        if anchor_taus is not None:
+            out["anchor"] = anchor / max(n_anchor, 1)
         if need_gates and decisions:
             out["decisions"] = torch.stack(decisions, 2)  # [B, T, L, G]
         return out
@@ -439,18 +456,25 @@ def penalty(kind, c_row, b_row):
     raise ValueError(kind)
 
 
+def static_taus(static_json):
+    """{(kind, layer): tau} from `--eval`'s static.json: the sub-layer that greedy static pruning
+    drops at step k is off below the middle of (c_k, c_{k-1}) (the compute levels around it)."""
+    with open(static_json) as f:
+        path = json.load(f)["static"]
+    taus = {}
+    for k in range(1, len(path)):
+        kind, i = path[k]["drop"][-1].split()
+        taus[(kind, int(i))] = 0.5 * (path[k - 1]["compute"] + path[k]["compute"])
+    return taus
+
+
 def train_main(a):
     torch.manual_seed(a.seed)
     blk = l2a_block(a)
     model, cfg = load_base(a.base, blk)
-    taus = None
-    if a.init_from_static:
-        with open(a.init_from_static) as f:
-            path = json.load(f)["static"]
-        taus = {}
-        for k in range(1, len(path)):  # the sub-layer dropped at greedy step k: off below the middle of (c_k, c_{k-1})
-            kind, i = path[k]["drop"][-1].split()
-            taus[(kind, int(i))] = 0.5 * (path[k - 1]["compute"] + path[k]["compute"])
+    taus = static_taus(a.init_from_static) if a.init_from_static else None
+    if a.anchor > 0 and taus is None:
+        raise ValueError("--anchor needs --init-from-static (the static path it anchors to)")
     model.init_trainable(a.seed, a.router_bias, a.phi_std, taus)
     os.makedirs(a.run_dir, exist_ok=True)
     t_start = time.time()
@@ -474,7 +498,7 @@ def train_main(a):
     sp = os.path.join(a.run_dir, "state.pt")
     settings = {"l2a": blk, "base": os.path.abspath(a.base), "lambda": a.lam, "gamma": a.gamma, "penalty": a.penalty,
                 "b_min": a.b_min, "lr": a.lr, "router_lr": a.router_lr, "router_bias": a.router_bias,
-                "phi_std": a.phi_std, "lam_ramp": a.lam_ramp, "init_from_static": a.init_from_static, "batch": a.batch, "seq_len": T, "seed": a.seed}
+                "phi_std": a.phi_std, "lam_ramp": a.lam_ramp, "anchor": a.anchor, "b_power": a.b_power, "init_from_static": a.init_from_static, "batch": a.batch, "seq_len": T, "seed": a.seed}
     if os.path.exists(sp):
         saved = torch.load(sp)
         if saved["settings"] != settings:
@@ -527,20 +551,21 @@ def train_main(a):
         k = state["step"]
         x, y = batches.get(k)
         gb = torch.Generator().manual_seed(a.seed * 7919 + k)
-        b = a.b_min + (1.0 - a.b_min) * torch.rand(a.batch, generator=gb)
+        b = a.b_min + (1.0 - a.b_min) * torch.rand(a.batch, generator=gb) ** a.b_power
         lr = lr_at(k, a.steps, a.lr, a.warmup)
         for g in opt.param_groups:
             g["lr"] = lr * g["lr_mult"]
         with torch.no_grad():
             t_logp = F.log_softmax(model(x, teacher=True)["logits"], -1) if a.gamma > 0 else None
-        out = model(x, b=b)
+        out = model(x, b=b, anchor_taus=taus if a.anchor > 0 else None)
         logp = F.log_softmax(out["logits"], -1)
         ce = F.nll_loss(logp.reshape(-1, logp.shape[-1]), y.reshape(-1))
         kd = (t_logp.exp() * (t_logp - logp)).sum(-1).mean() if t_logp is not None else ce.new_zeros(())
         c_row = out["compute"].mean(1)
         pen = penalty(a.penalty, c_row, b)
         lam = a.lam * min(1.0, (k + 1) / a.lam_ramp) if a.lam_ramp > 0 else a.lam
-        loss = ce + a.gamma * kd + lam * pen  # + lambda_T * R_tok with lambda_T = 0
+        anc = out["anchor"] if "anchor" in out else ce.new_zeros(())
+        loss = ce + a.gamma * kd + lam * pen + a.anchor * anc  # + lambda_T * R_tok with lambda_T = 0
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.trainable(), 1.0)
@@ -553,7 +578,7 @@ def train_main(a):
             tps = win["tok"] / dt if dt > 0 else 0.0
             el = base_elapsed + time.time() - session_t0
             row = {"step": state["step"], "tokens": state["tokens"], "elapsed_s": round(el, 1), "loss": round(loss.item(), 5),
-                   "ce": round(ce.item(), 5), "kd": round(kd.item(), 5), "penalty": round(pen.item(), 5),
+                   "ce": round(ce.item(), 5), "kd": round(kd.item(), 5), "penalty": round(pen.item(), 5), "anchor": round(anc.item(), 5),
                    "compute": round(c_row.mean().item(), 4), "b_mean": round(b.mean().item(), 4),
                    "abs_c_minus_b": round((c_row - b).abs().mean().item(), 4), "lr": lr, "tok_s": round(tps, 1)}
             append_csv(log_path, row)
@@ -832,6 +857,11 @@ def main(argv=None):
     ap.add_argument("--lam", type=float, default=4.0, help="compute penalty weight lambda")
     ap.add_argument("--penalty", default="l1", choices=["l1", "l2", "hinge"])
     ap.add_argument("--b-min", type=float, default=0.1)
+    ap.add_argument("--b-power", type=float, default=1.0,
+                    help="b = b_min + (1 - b_min) u^P, u uniform: P > 1 puts more rows at low b")
+    ap.add_argument("--anchor", type=float, default=0.0,
+                    help="weight of the logistic loss pulling each attention / MLP gate toward the static path's "
+                         "decision at the row's b (needs --init-from-static; 0: none)")
     ap.add_argument("--gates", default="attention,mlp,heads")
     ap.add_argument("--router-hidden", type=int, default=32)
     ap.add_argument("--budget-features", type=int, default=4)

@@ -23,6 +23,7 @@
    --eval (gated at two b's, static pruning, dense) on a few windows.
 """
 import argparse
+import csv
 import json
 import math
 import os
@@ -315,6 +316,29 @@ def test_l2a(fathom, work, dense_f32, text_file):
     check("l2a --eval: gated rows, the static path from nothing to everything dropped",
           len(ev["gated"]) == 2 and len(ev["static"]) == 2 * L + 1 and ev["static"][-1]["compute"] == 0.0
           and all(0.0 <= r["compute"] <= 1.0 for r in ev["gated"]), [round(r["compute"], 3) for r in ev["gated"]])
+    # --anchor (a logistic loss toward the static path's decisions) from the static warm start,
+    # with more rows at low b (--b-power): it trains and logs; and its sign: the warm start agrees
+    # with the static path, so its anchor is far below that against the opposite decisions.
+    sj = os.path.join(d, "eval", "static.json")
+    d2 = os.path.join(work, "l2a_anchor")
+    l2a.main(["--base", dense_f32, "--run-dir", d2, "--text-file", text_file, "--steps", "2", "--batch", "2",
+              "--router-hidden", "8", "--budget-features", "2", "--lora-rank", "0", "--log-every", "1",
+              "--eval-windows", "1", "--init-from-static", sj, "--anchor", "5", "--b-power", "2"])
+    with open(os.path.join(d2, "log.csv")) as f:
+        rows = list(csv.DictReader(f))
+    check("l2a --anchor --b-power: trains and logs the anchor", len(rows) == 2
+          and all(math.isfinite(float(r["anchor"])) and float(r["anchor"]) > 0 for r in rows), [r["anchor"] for r in rows])
+    warm, _ = l2a.load(os.path.join(d2, "hf"))
+    warm.eval()
+    taus = l2a.static_taus(sj)
+    for b in (0.25, 0.8):
+        on = {(k, i): b > taus.get((k, i), -1.0) for k in ("attention", "mlp") for i in range(L)}
+        opposite = {key: (2.0 if v else -1.0) for key, v in on.items()}  # off where the path is on, and back
+        with torch.no_grad():
+            right = float(warm(torch.tensor([ids]), b=b, anchor_taus=taus)["anchor"])
+            wrong = float(warm(torch.tensor([ids]), b=b, anchor_taus=opposite)["anchor"])
+        check(f"l2a --anchor b={b}: the warm start agrees with the static path", right < 0.5 * wrong,
+              f"{right:.3f} vs {wrong:.3f} against the opposite decisions")
 
 
 def main(argv=None):
