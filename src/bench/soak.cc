@@ -356,8 +356,17 @@ class Client {
   const int sample_every_;
 };
 
-// GET /health on a new connection every interval (and VmRSS), until `stop`.
+// GET /health on a new connection every interval (and VmRSS once a second), until `stop`.
+// The records are allocated and touched up front (for twice the planned run), so that the
+// soak's own bookkeeping does not show as resident-memory growth (a 1-hour run's
+// latencies and RSS samples, grown as they came, were 1.7 MB of the process's 80 MB).
 struct Probe {
+  Probe(double duration_s, int interval_ms) {
+    ms.resize(static_cast<size_t>(2 * duration_s * 1000 / std::max(interval_ms, 1)) + 1024);
+    ms.clear();  // keeps the touched capacity
+    rss.resize(static_cast<size_t>(2 * duration_s) + 256);
+    rss.clear();
+  }
   std::vector<double> ms;
   int64_t failures = 0;
   std::vector<std::pair<double, int64_t>> rss;  // (seconds since the run's start, KiB)
@@ -373,7 +382,8 @@ void RunProbe(int port, int interval_ms, Clock::time_point t0, const std::atomic
     const auto b = Clock::now();
     if (r && r->status == 200) out->ms.push_back(1e3 * Seconds(a, b));
     else ++out->failures;
-    out->rss.emplace_back(Seconds(t0, b), ResidentKb());
+    const double t = Seconds(t0, b);
+    if (out->rss.empty() || t - out->rss.back().first >= 1) out->rss.emplace_back(t, ResidentKb());
     std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
   }
 }
@@ -569,7 +579,7 @@ Result<SoakResult> RunSoak(const Model& model, const Tokenizer& tok, const SoakO
   const int64_t phases = std::max<int64_t>(n_sched, static_cast<int64_t>(opt.duration_s / opt.phase_s + 0.5));
   const double phase_s = opt.duration_s / static_cast<double>(phases);
   const auto t0 = Clock::now();
-  Probe probe;
+  Probe probe(opt.duration_s, opt.probe_interval_ms);
   for (int64_t i = 0; i < phases; ++i) {
     const SchedMode mode = opt.schedulers[static_cast<size_t>(i % n_sched)];
     FATHOM_ASSIGN_OR_RETURN(SoakPhase ph, RunPhase(model, tok, o, mode, phase_s, opt.seed + static_cast<uint64_t>(i),

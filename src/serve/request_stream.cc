@@ -25,7 +25,7 @@ std::string RequestStream::error() const {
 
 bool RequestStream::over() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return over_;
+  return over_ && events_.empty();
 }
 
 FinishReason RequestStream::finish() const {

@@ -29,7 +29,10 @@ class RequestStream {
   bool Wait(std::vector<TokenEvent>* out, std::chrono::milliseconds timeout);
   // The engine failed while running it (HTTP 500); empty otherwise.
   std::string error() const;
-  // A finish (or a failure) was pushed: no event will follow those queued.
+  // A finish (or a failure) was pushed and every event before it was taken by Wait: the
+  // handler has seen everything. (While events are still queued it is false, even after
+  // the finish was pushed: an SSE writer that took a batch of tokens, then saw the engine
+  // finish, once ended the stream without the last tokens and with finish_reason "stop".)
   bool over() const;
   // The finish reason of the last event pushed (kNone before the finish or after a failure).
   FinishReason finish() const;

@@ -218,6 +218,37 @@ TEST_F(EngineLoopTest, DrainFinishesInFlightAndRefusesNew) {
   EXPECT_EQ(loop.Metrics().rejected_draining, 1);
 }
 
+// The SSE writer takes the events queued so far, writes them, then asks whether the
+// stream is over. A finish pushed in between must not read as over before the handler has
+// taken it: the 1-hour soak found streams that ended without their last tokens and with
+// finish_reason "stop" (4 of 1,080 compared with the request run alone).
+TEST(RequestStream, IsNotOverWhileEventsBeforeTheFinishAreUnread) {
+  RequestStream s(3);
+  s.Admit();
+  TokenEvent tok;
+  tok.token = 7;
+  s.Push(tok);
+  std::vector<TokenEvent> got;
+  ASSERT_TRUE(s.Wait(&got, 0ms));
+  ASSERT_EQ(got.size(), 1u);
+  TokenEvent last;
+  last.token = 8;
+  last.finish = FinishReason::kLength;
+  s.Push(last);  // the engine finishes between the writer's Wait and its check
+  EXPECT_FALSE(s.over());
+  EXPECT_EQ(s.finish(), FinishReason::kLength);
+  got.clear();
+  ASSERT_TRUE(s.Wait(&got, 0ms));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].token, 8);
+  EXPECT_TRUE(s.over());
+  // A failure with nothing queued is over at once.
+  RequestStream f(1);
+  f.Admit();
+  f.Fail("boom");
+  EXPECT_TRUE(f.over());
+}
+
 TEST_F(EngineLoopTest, StopFailsWhatIsStillRunning) {
   EngineLoop loop(NewEngine(), {});
   loop.Pause();

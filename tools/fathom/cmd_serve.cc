@@ -174,6 +174,7 @@ int RunServe(const std::vector<std::string>& args) {
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  LimitMallocArenasForServing();
   ApplyThreads(a.threads);
   auto model = Model::Load(a.model_dir, *load);
   if (!model.ok()) return Fail("serve", model.status().message(), 1);

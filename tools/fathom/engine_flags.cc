@@ -1,6 +1,9 @@
 #include "engine_flags.h"
 
+#include <malloc.h>
 #include <omp.h>
+
+#include <cstdlib>
 
 namespace fathom::cli {
 namespace {
@@ -132,6 +135,10 @@ void DeclareThreads(FlagSet& flags, int64_t* threads) {
 
 void ApplyThreads(int64_t threads) {
   if (threads > 0) omp_set_num_threads(static_cast<int>(threads));
+}
+
+void LimitMallocArenasForServing() {
+  if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
 }
 
 }  // namespace fathom::cli
