@@ -485,6 +485,10 @@ TEST_F(ReliabilityTest, RequestTimeoutCancelsWithA408) {
   ServerOptions o;
   o.request_timeout_ms = 1;
   StartServer(o);
+  // Paused: the requests are admitted but never stepped, so each is still running when its
+  // timeout fires. (Unpaused, a loaded host once let the engine finish the 200 tokens before
+  // the handler's first look at the clock: a 408 whose request ended by length.)
+  loop_->Pause();
   httplib::Client c = Client();
   const std::string body = R"({"prompt": [1, 2], "max_tokens": 200, "ignore_eos": true)";
   auto r = c.Post("/v1/completions", body + "}", "application/json");
@@ -505,6 +509,7 @@ TEST_F(ReliabilityTest, RequestTimeoutCancelsWithA408) {
   }
   EXPECT_TRUE(idle);
   EXPECT_EQ(loop_->Metrics().cancelled, 2);
+  loop_->Resume();
   auto m = c.Get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_EQ(fathom::testing::MetricValue(m->body, "fathom_requests_timed_out_total"), 2) << m->body;
