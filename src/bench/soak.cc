@@ -356,15 +356,16 @@ class Client {
   const int sample_every_;
 };
 
-// GET /health on a new connection every interval (and VmRSS once a second), until `stop`.
-// The records are allocated and touched up front (for twice the planned run), so that the
-// soak's own bookkeeping does not show as resident-memory growth (a 1-hour run's
-// latencies and RSS samples, grown as they came, were 1.7 MB of the process's 80 MB).
+// GET /health on a new connection every interval (and VmRSS), until `stop`. The records
+// are allocated and touched up front (for twice the planned run), so that the soak's own
+// bookkeeping does not show as resident-memory growth (a 1-hour run's latencies and RSS
+// samples, grown as they came, were 1.7 MB of the process's 80 MB). RSS is read at every
+// probe: sampled once a second, the warm-up window's peak (2.5 s of a 10 s run) was missed.
 struct Probe {
   Probe(double duration_s, int interval_ms) {
     ms.resize(static_cast<size_t>(2 * duration_s * 1000 / std::max(interval_ms, 1)) + 1024);
     ms.clear();  // keeps the touched capacity
-    rss.resize(static_cast<size_t>(2 * duration_s) + 256);
+    rss.resize(ms.capacity());
     rss.clear();
   }
   std::vector<double> ms;
@@ -382,8 +383,7 @@ void RunProbe(int port, int interval_ms, Clock::time_point t0, const std::atomic
     const auto b = Clock::now();
     if (r && r->status == 200) out->ms.push_back(1e3 * Seconds(a, b));
     else ++out->failures;
-    const double t = Seconds(t0, b);
-    if (out->rss.empty() || t - out->rss.back().first >= 1) out->rss.emplace_back(t, ResidentKb());
+    out->rss.emplace_back(Seconds(t0, b), ResidentKb());
     std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
   }
 }

@@ -591,7 +591,13 @@ TEST_F(HttpServerTest, ReclaimNoticeNeedsTheKeyThenNewRequestsGet503) {
   ASSERT_TRUE(after);
   EXPECT_EQ(after->status, 503);
   EXPECT_EQ(after->get_header_value("Retry-After"), "3");
-  const std::string m = Metrics();
+  // The loop publishes its metrics once per iteration: wait (bounded) for the one that
+  // has seen the notice (a loaded sanitizer run once read the snapshot before it).
+  std::string m = Metrics();
+  for (int i = 0; i < 500 && MetricValue(m, "fathom_reclaim_noticed") != 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    m = Metrics();
+  }
   EXPECT_EQ(MetricValue(m, "fathom_tier_requests_total", "tier=\"flex\""), 1) << m;
   EXPECT_GT(MetricValue(m, "fathom_tier_output_tokens_total", "tier=\"flex\""), 0) << m;
   EXPECT_GT(MetricValue(m, "fathom_tier_mean_exit_depth", "tier=\"flex\""), 0) << m;
