@@ -171,7 +171,9 @@ def check(results, kill_time, hung, killed_addr, survivor_addrs):
             errors.append(f"request {r['index']} failed with HTTP {r['status']}, not 502 or a cut stream")
     if len(failed) > CLIENTS:
         errors.append(f"{len(failed)} failures, more than the {CLIENTS} requests in flight")
-    after = [r for r in results if r["start"] > kill_time + 1.0]
+    # Requests sent after the kill (not only 1 s after: on a fast host the whole load can end
+    # within a second of the kill, and this check then had nothing to look at).
+    after = [r for r in results if r["start"] > kill_time]
     for addr in survivor_addrs:
         if not any(addr in r["upstream"] and r["ok"] for r in after):
             errors.append(f"survivor {addr} served nothing after the kill")
