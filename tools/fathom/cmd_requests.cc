@@ -67,6 +67,14 @@ struct ReclaimRun {
 
 bool Started(const SchedRequestState& r) { return r.prefilled > 0 || !r.tokens.empty(); }
 
+// Every request the engine still holds: waiting, ready, looping or exited.
+std::vector<RequestId> Unfinished(const Engine& e) {
+  std::vector<RequestId> out;
+  const Scheduler& s = e.scheduler();
+  for (const auto* q : {&s.waiting(), &s.ready(), &s.looping(), &s.exited()}) out.insert(out.end(), q->begin(), q->end());
+  return out;
+}
+
 // RunToCompletion, with the notice of --reclaim-at (reclaim_at < 0: none).
 Status RunWithReclaim(Engine& e, double reclaim_at, double reclaim_s, ReclaimRun* rr) {
   using Clock = std::chrono::steady_clock;
@@ -83,20 +91,12 @@ Status RunWithReclaim(Engine& e, double reclaim_at, double reclaim_s, ReclaimRun
     if (!rr->noticed && t >= reclaim_at) {
       rr->noticed = true, rr->at_s = t, rr->seconds = reclaim_s;
       e.NoticeReclaim(reclaim_s);
-      const std::vector<RequestId> waiting(e.scheduler().waiting().begin(), e.scheduler().waiting().end());
-      for (RequestId id : waiting)
+      for (RequestId id : Unfinished(e))
         if (!Started(e.request(id))) e.Cancel(id), set_fate(id, ReclaimFate::kNotStarted);
-      for (const auto* q : {&e.scheduler().waiting(), &e.scheduler().ready(), &e.scheduler().looping(),
-                            &e.scheduler().exited()})
-        rr->in_flight += static_cast<int64_t>(q->size());
+      rr->in_flight = static_cast<int64_t>(Unfinished(e).size());
     }
-    if (rr->noticed && t >= rr->at_s + reclaim_s && e.HasWork()) {
-      std::vector<RequestId> left;
-      for (const auto* q : {&e.scheduler().waiting(), &e.scheduler().ready(), &e.scheduler().looping(),
-                            &e.scheduler().exited()})
-        left.insert(left.end(), q->begin(), q->end());
-      for (RequestId id : left) e.Cancel(id), set_fate(id, ReclaimFate::kCut);
-    }
+    if (rr->noticed && t >= rr->at_s + reclaim_s)
+      for (RequestId id : Unfinished(e)) e.Cancel(id), set_fate(id, ReclaimFate::kCut);
   }
   return Status::Ok();
 }
