@@ -85,6 +85,9 @@ json Breakdown(const std::vector<std::vector<RunResult>>& rounds, size_t i) {
   for (const auto& round : rounds) schedule += round[i].stats.schedule_seconds;
   out["schedule_seconds"] = schedule / n;
   out["steps"] = rounds[0][i].stats.steps;
+  int64_t fewer = 0;  // summed: the governor's choices differ between rounds
+  for (const auto& round : rounds) fewer += round[i].stats.fewer_thread_steps;
+  out["fewer_thread_steps"] = fewer;
   return out;
 }
 

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 
+#include <omp.h>
+
 #include "core/check.h"
 #include "exec/generate.h"
 #include "exec/kv_setup.h"
@@ -16,6 +18,12 @@ namespace {
 double Now() {
   using clock = std::chrono::steady_clock;
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+int64_t PrefillTokens(const Plan& plan) {
+  int64_t n = 0;
+  for (const PrefillWork& c : plan.chunks) n += c.n;
+  return n;
 }
 
 }  // namespace
@@ -63,7 +71,12 @@ Engine::Engine(const Model& model, const EngineOptions& opt, int32_t max_depth,
         c.blocks_for = [k](int64_t prompt_len, int64_t len) { return k->BlocksFor(prompt_len, len); };
         return c;
       }()),
-      controller_(opt.budget) {
+      controller_(opt.budget),
+      governor_([] {
+        ThreadGovernorConfig g;
+        g.max_threads = omp_get_max_threads();  // N: the creating thread's (--threads)
+        return g;
+      }()) {
   // The decode stages' inputs and results at their largest, so steps do not grow them.
   items_.reserve(static_cast<size_t>(opt.width));
   core_.signals.reserve(static_cast<size_t>(opt.width));
@@ -296,12 +309,22 @@ Status Engine::Step() {
   const double t0 = Now();
   if (opt_.budget_control) UpdateBudget(t0);
   sched_.Schedule(&plan_);
-  const double t1 = Now();
   if (plan_.empty())
     return Status::Error(sched_.HasWork() ? "internal: the scheduler made no progress with work pending"
                                           : "no work");
-  FATHOM_RETURN_IF_ERROR(Execute(plan_, &outcome_));
+  const int64_t rows = plan_.stage == Stage::kPrefill ? PrefillTokens(plan_) : static_cast<int64_t>(plan_.items.size());
+  const int bucket = ThreadGovernor::Bucket(plan_.stage == Stage::kPrefill, rows);
+  // The step's team size, and the calling thread's left as it was (an engine created on
+  // this thread later must see its N, not this step's choice).
+  const int threads = opt_.adaptive_threads ? governor_.Choose(bucket) : 0, caller = omp_get_max_threads();
+  if (threads > 0 && threads != caller) omp_set_num_threads(threads);
+  const double t1 = Now();
+  const Status executed = Execute(plan_, &outcome_);
   const double t2 = Now();
+  if (threads > 0 && threads != caller) omp_set_num_threads(caller);
+  FATHOM_RETURN_IF_ERROR(executed);
+  if (threads > 0) governor_.Record(bucket, threads, t2 - t1);
+  if (threads > 0 && threads < governor_.candidates().back()) ++stats_.fewer_thread_steps;
   sched_.Update(plan_, outcome_, &events_);
   const double t3 = Now();
   Account(t3);
@@ -313,10 +336,7 @@ Status Engine::Step() {
   Observe(plan_, t2 - t1);
   StageStats& st = stats_.stage[static_cast<int>(plan_.stage)];
   ++st.runs;
-  if (plan_.stage == Stage::kPrefill)
-    for (const PrefillWork& c : plan_.chunks) st.rows += c.n;
-  else
-    st.rows += static_cast<int64_t>(plan_.items.size());
+  st.rows += rows;
   st.seconds += t2 - t1;
   ++stats_.steps;
   stats_.preemptions = sched_.preemptions();

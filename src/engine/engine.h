@@ -24,6 +24,7 @@
 
 #include "budget/budget.h"
 #include "budget/latency_model.h"
+#include "engine/thread_governor.h"
 #include "core/dtype.h"
 #include "core/status.h"
 #include "exec/exit_spec.h"
@@ -63,6 +64,12 @@ struct EngineOptions {
   bool budget_control = false;
   BudgetConfig budget;
   WaitOrder wait_order = WaitOrder::kTierDeadline;
+  // OpenMP threads per step (engine/thread_governor.h): with adaptive_threads each step
+  // runs on the candidate of N, N/2, ..., 1 that its shape measured fastest, N being the
+  // creating thread's omp_get_max_threads(). Off by default: measured on 2026-12-02 it
+  // halves the cliff under a competing load (0.32 -> 0.65-0.73 of 1 thread) but costs
+  // 18-25% on an idle host (docs/BENCHMARKS.md, "Threads under a competing load").
+  bool adaptive_threads = false;
 };
 
 struct RequestSpec {
@@ -115,6 +122,7 @@ struct EngineStats {
   int64_t deadline_misses = 0;   // requests that finished after their deadline (all tiers)
   int64_t deadline_hopeless = 0; // of those with a deadline: found unmeetable even at b = 0
   int64_t forced_think_ends = 0; // end-of-thinking tokens forced by a thinking budget
+  int64_t fewer_thread_steps = 0; // steps the ThreadGovernor ran on fewer than N threads
 };
 
 class Engine {
@@ -152,6 +160,8 @@ class Engine {
   // the requests in flight finish in time (BudgetConfig::reclaim_safety of it).
   void NoticeReclaim(double seconds);
   bool reclaim_noticed() const { return reclaim_at_ < kNever; }
+  // The thread counts the steps ran on (EngineOptions::adaptive_threads).
+  const ThreadGovernor& threads() const { return governor_; }
 
  private:
   static constexpr double kNever = std::numeric_limits<double>::infinity();
@@ -203,6 +213,7 @@ class Engine {
   StepLatencyModel core_latency_, edge_latency_;
   double drain_s_ = 0, drain_prompt_ = 0, drain_finished_ = 0;
   double reclaim_at_ = kNever;
+  ThreadGovernor governor_;
   // Reused every step.
   Plan plan_;
   Outcome outcome_;

@@ -19,8 +19,10 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <utility>
 
 #include "core/check.h"
 #include "kernels/gemv_bf16.h"
@@ -154,7 +156,10 @@ struct Linear::Impl {
   memory weights;             // packed weights, owned (allocated by oneDNN)
   memory bias;                // f32 [1, N]; empty when no part has a bias
   bool use_gemv = false;      // bf16 weights in IsGemvLayout and a CPU with AVX512_BF16
-  mutable std::vector<std::unique_ptr<LinearPrim>> prims;  // [kMaxChunkRows + 1], by M
+  // Per OpenMP team size (oneDNN fixes a primitive's thread count when it builds it, so a
+  // caller that changes omp_set_num_threads, like the engine's ThreadGovernor, needs one
+  // per count): {threads, [kMaxChunkRows + 1] by M}, a few entries.
+  mutable std::vector<std::pair<int, std::vector<std::unique_ptr<LinearPrim>>>> prims;
 
   void SetBias(const std::vector<TensorView>& parts, const std::vector<const TensorView*>& biases);
   void Prepack(const std::vector<TensorView>& parts);
@@ -176,7 +181,13 @@ dnnl::matmul::primitive_desc Linear::Impl::MakePd(int64_t m, const memory::desc&
 }
 
 LinearPrim& Linear::Impl::Prim(int64_t m) const {
-  std::unique_ptr<LinearPrim>& slot = prims[static_cast<size_t>(m)];
+  const int threads = omp_get_max_threads();
+  auto team = std::find_if(prims.begin(), prims.end(), [&](const auto& p) { return p.first == threads; });
+  if (team == prims.end()) {
+    prims.emplace_back(threads, std::vector<std::unique_ptr<LinearPrim>>(kMaxChunkRows + 1));
+    team = prims.end() - 1;
+  }
+  std::unique_ptr<LinearPrim>& slot = team->second[static_cast<size_t>(m)];
   if (slot) return *slot;
   auto p = std::make_unique<LinearPrim>();
   try {
@@ -363,7 +374,6 @@ Result<Linear> Linear::Create(const std::vector<TensorView>& weights,
   }
   impl->use_gemv =
       impl->compute == mdt::bf16 && internal::CpuHasAvx512Bf16() && IsGemvLayout(impl->packed_md);
-  impl->prims.resize(kMaxChunkRows + 1);
   Linear out;
   out.impl_ = std::move(impl);
   return out;

@@ -271,6 +271,7 @@ void EngineLoop::UpdateMetrics() {
     m.last_rows = static_cast<int64_t>(p.items.size());
   m.steps = st.steps;
   m.preemptions = st.preemptions;
+  m.fewer_thread_steps = st.fewer_thread_steps;
   m.mean_exit_depth =
       st.decode_tokens ? static_cast<double>(st.depth_sum) / static_cast<double>(st.decode_tokens) : 0.0;
   m.kv_blocks_free = e.kv().pool().num_free();

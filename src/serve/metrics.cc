@@ -90,6 +90,9 @@ std::string RenderPrometheus(const MetricsSnapshot& m) {
 
   w.Family("steps_total", "counter", "Engine steps.");
   w.Sample("steps_total", "", m.steps);
+  w.Family("steps_fewer_threads_total", "counter",
+           "Engine steps run on fewer threads than --threads (they measured faster: other work holds cores).");
+  w.Sample("steps_fewer_threads_total", "", m.fewer_thread_steps);
   w.Family("preemptions_total", "counter", "Requests preempted by recompute.");
   w.Sample("preemptions_total", "", m.preemptions);
 

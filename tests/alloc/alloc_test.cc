@@ -273,6 +273,9 @@ TEST(EngineDecode, AllocatesNothingInFathom) {
   EngineOptions opt;
   opt.width = 4;
   opt.kv_dtype = DType::kBF16;
+  // The ThreadGovernor's probes of 1 thread build that count's matmul primitives (once per
+  // M, a warm-up whenever it happens): this test measures the steady step on 2 threads.
+  opt.adaptive_threads = false;
   auto e = Engine::Create(m, opt);
   ASSERT_TRUE(e.ok()) << e.status().message();
   Engine& engine = **e;

@@ -53,6 +53,11 @@ void EngineFlags::Declare(FlagSet& flags) {
     flags.Int("--block-size", &block_size_, "KV block size in token positions" + Default(d.block_size), 1, 4096);
   if (Has(kFlagLookahead)) DeclareLookahead(flags, &lookahead_);
   if (Has(kFlagKvDtype)) DeclareKvDtype(flags, &kv_dtype_);
+  if (Has(kFlagAdaptiveThreads))
+    flags.Bool("--adaptive-threads", &adaptive_threads_,
+               "each step on the count of --threads, --threads/2, ..., 1 that steps of its shape\n"
+               "      measured fastest (experimental: under a competing load better than all\n"
+               "      threads, still slower than 1; default off: every step on --threads)");
 }
 
 Result<EngineOptions> EngineFlags::Options() const {
@@ -72,6 +77,7 @@ Result<EngineOptions> EngineFlags::Options() const {
   o.kv_bytes = Has(kFlagKvMib) ? static_cast<size_t>(kv_mib_) << 20 : static_cast<size_t>(kv_bytes_);
   o.block_size = static_cast<int32_t>(block_size_);
   o.lookahead = lookahead_;
+  o.adaptive_threads = adaptive_threads_;
   FATHOM_ASSIGN_OR_RETURN(o.kv_dtype, ParseKvDtypeFlag(kv_dtype_));
   return o;
 }

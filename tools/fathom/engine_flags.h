@@ -40,13 +40,14 @@ enum EngineFlag : uint32_t {
   kFlagBlockSize = 1u << 10,     // --block-size N         block_size
   kFlagLookahead = 1u << 11,     // --lookahead            lookahead
   kFlagKvDtype = 1u << 12,       // --kv-dtype bf16|f32    kv_dtype
+  kFlagAdaptiveThreads = 1u << 13,  // --adaptive-threads  adaptive_threads
 };
 
 // Every option but the KV pool's size, whose unit a command chooses (kFlagKvBytes or
 // kFlagKvMib).
 constexpr uint32_t kEngineFlagsAll = kFlagScheduler | kFlagLayout | kFlagSharedAfter | kFlagWidth | kFlagK |
                                      kFlagFlushSteps | kFlagPrefillBudget | kFlagMaxDepth | kFlagBlockSize |
-                                     kFlagLookahead | kFlagKvDtype;
+                                     kFlagLookahead | kFlagKvDtype | kFlagAdaptiveThreads;
 
 class EngineFlags {
  public:
@@ -75,7 +76,7 @@ class EngineFlags {
           flush_steps_ = defaults_.flush_steps, prefill_budget_ = defaults_.prefill_budget,
           max_depth_ = defaults_.max_depth, kv_bytes_ = static_cast<int64_t>(defaults_.kv_bytes),
           kv_mib_ = static_cast<int64_t>(defaults_.kv_bytes >> 20), block_size_ = defaults_.block_size;
-  bool lookahead_ = defaults_.lookahead;
+  bool lookahead_ = defaults_.lookahead, adaptive_threads_ = defaults_.adaptive_threads;
 };
 
 // The flags of the engine commands (what each took before this file, plus the options it

@@ -1,0 +1,103 @@
+#include "engine/thread_governor.h"
+
+#include <algorithm>
+
+namespace fathom {
+
+ThreadGovernor::ThreadGovernor(const ThreadGovernorConfig& config) : config_(config) {
+  config_.probe_steps = std::clamp(config_.probe_steps, 1, kMaxProbe);
+  config_.min_interval = std::max(config_.min_interval, 1);
+  config_.max_interval = std::max(config_.max_interval, config_.min_interval);
+  for (int t = std::max(config_.max_threads, 1); t >= 1 && candidates_.size() < kMaxCandidates; t /= 2)
+    candidates_.insert(candidates_.begin(), t);
+  stats_.steps_at.assign(candidates_.size(), 0);
+  for (BucketState& b : buckets_) {
+    b.current = static_cast<int>(candidates_.size()) - 1;
+    b.interval = b.until_probe = config_.min_interval;
+  }
+}
+
+int ThreadGovernor::Bucket(bool prefill, int64_t rows) {
+  int log2 = 0;
+  while (log2 < kBuckets / 2 - 1 && (int64_t{1} << log2) < rows) ++log2;
+  return (prefill ? kBuckets / 2 : 0) + log2;
+}
+
+int ThreadGovernor::Index(int threads) const {
+  for (size_t i = 0; i < candidates_.size(); ++i)
+    if (candidates_[i] == threads) return static_cast<int>(i);
+  return -1;
+}
+
+// The candidate next to the current one on the side the bucket tries next (the other side
+// at either end of the list).
+int ThreadGovernor::Neighbour(BucketState& b) const {
+  const int last = static_cast<int>(candidates_.size()) - 1;
+  if (b.current + b.next_side < 0 || b.current + b.next_side > last) b.next_side = -b.next_side;
+  return b.current + b.next_side;
+}
+
+int ThreadGovernor::Choose(int bucket) {
+  BucketState& b = buckets_[static_cast<size_t>(std::clamp(bucket, 0, kBuckets - 1))];
+  if (candidates_.size() == 1) return candidates_[0];
+  if (b.probing < 0 && b.until_probe <= 0) {
+    b.probing = Neighbour(b);
+    b.probe_n = 0;
+    ++stats_.probes;
+  }
+  return candidates_[static_cast<size_t>(b.probing >= 0 ? b.probing : b.current)];
+}
+
+void ThreadGovernor::Record(int bucket, int threads, double seconds) {
+  BucketState& b = buckets_[static_cast<size_t>(std::clamp(bucket, 0, kBuckets - 1))];
+  const int i = Index(threads);
+  if (i < 0 || !(seconds >= 0)) return;  // not a count the governor chose, or no time
+  ++stats_.steps;
+  ++stats_.steps_at[static_cast<size_t>(i)];
+  if (!b.warm[static_cast<size_t>(i)]) {  // builds this count's primitives: not counted
+    b.warm[static_cast<size_t>(i)] = true;
+    return;
+  }
+  if (i == b.probing) {
+    b.probe[static_cast<size_t>(b.probe_n++)] = seconds;
+    if (b.probe_n == config_.probe_steps) EndProbe(b);
+    return;
+  }
+  if (i != b.current) return;
+  double& mean = b.mean[static_cast<size_t>(i)];
+  if (!b.measured[static_cast<size_t>(i)]) {
+    mean = b.mean_at_decision = seconds;
+    b.measured[static_cast<size_t>(i)] = true;
+  } else {
+    mean += config_.decay * (seconds - mean);
+  }
+  --b.until_probe;
+  if (mean > config_.rise_factor * b.mean_at_decision) {  // slower than when chosen: look again
+    b.until_probe = 0;
+    b.interval = config_.min_interval;
+  }
+}
+
+// The probe's median (one step that built a primitive or met a page fault does not decide)
+// against the current candidate's decayed mean.
+void ThreadGovernor::EndProbe(BucketState& b) {
+  std::sort(b.probe.begin(), b.probe.begin() + b.probe_n);
+  const double probe = b.probe[static_cast<size_t>(b.probe_n / 2)];
+  const auto p = static_cast<size_t>(b.probing);
+  b.mean[p] = probe;
+  b.measured[p] = true;
+  const auto c = static_cast<size_t>(b.current);
+  if (b.measured[c] && probe < config_.switch_margin * b.mean[c]) {
+    b.current = b.probing;  // and the next probe goes on in the same direction
+    b.interval = config_.min_interval;
+    ++stats_.switches;
+  } else {
+    b.interval = std::min(2 * b.interval, config_.max_interval);
+    b.next_side = -b.next_side;
+  }
+  b.mean_at_decision = b.mean[static_cast<size_t>(b.current)];
+  b.until_probe = b.interval;
+  b.probing = -1;
+}
+
+}  // namespace fathom

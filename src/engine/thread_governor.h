@@ -1,0 +1,89 @@
+// ThreadGovernor: how many OpenMP threads the engine's next step runs on (issue 15, part 5).
+//
+// N threads are not always faster than 1. On a host where other processes hold cores, a
+// statically split step waits at every barrier for the thread that shares its core, and
+// libgomp's spinning waiters take time from it too: ouro-small measured 9.6 tok/s with 2
+// threads against 240 with 1 on a contended 2-core VM (docs/BENCHMARKS_CDB.md). OpenMP's
+// wait policy is read from the environment before main() runs, so a program cannot change
+// it; what it can change is the team size of its next parallel region.
+//
+// The governor chooses that size per step shape from the engine's own step times, like a
+// scheduler: a pure policy, no clock and no OpenMP inside (the engine times the step and
+// sets the threads). Candidates are N, N/2, N/4, ..., 1. Per shape bucket (prefill or
+// decode, and rows rounded up to a power of two: step time within a bucket varies little,
+// and small and large steps may prefer different counts) it keeps a decayed mean of the
+// step seconds of each candidate and exploits the best; every `interval` steps of the
+// bucket it probes a neighbouring candidate for `probe_steps` steps and switches when the
+// probe's mean beats the current mean by `switch_margin`. A probe that loses doubles the
+// interval (up to max_interval), so a count that is 5x slower under load costs about
+// probe_steps x 4 / max_interval of the steps; a current mean that rises by rise_factor
+// over its value at the last decision (a competing load arrived) brings the next probe
+// forward. The first step of a candidate in a bucket is not counted: it builds that
+// count's matmul primitives.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace fathom {
+
+struct ThreadGovernorConfig {
+  int max_threads = 1;          // N; 1: every step on one thread (the governor is off)
+  int probe_steps = 3;          // counted steps a probe runs the other candidate (<= 8)
+  int min_interval = 32;        // steps of a bucket between probes, after a switch
+  int max_interval = 2048;      // the interval's cap as losing probes double it
+  double switch_margin = 0.92;  // switch when probe mean < margin x current mean
+  double rise_factor = 1.5;     // current mean this much above its last-decision value: probe now
+  double decay = 0.2;           // weight of a new sample in the decayed means
+};
+
+struct ThreadGovernorStats {
+  int64_t steps = 0, probes = 0, switches = 0;
+  // steps run at each candidate, in candidates() order
+  std::vector<int64_t> steps_at;
+};
+
+class ThreadGovernor {
+ public:
+  static constexpr int kBuckets = 2 * 12;  // {decode, prefill} x rows 1, 2, 4, ..., >= 2048
+
+  explicit ThreadGovernor(const ThreadGovernorConfig& config = {});
+
+  // The bucket of a step: prefill steps by prompt tokens, the others by rows.
+  static int Bucket(bool prefill, int64_t rows);
+  // Threads for the next step of this bucket.
+  int Choose(int bucket);
+  // The step of this bucket ran on `threads` (what Choose returned) in `seconds`.
+  void Record(int bucket, int threads, double seconds);
+
+  const std::vector<int>& candidates() const { return candidates_; }
+  // The count the bucket exploits now (not a probe's).
+  int current(int bucket) const { return candidates_[static_cast<size_t>(buckets_[bucket].current)]; }
+  const ThreadGovernorStats& stats() const { return stats_; }
+
+ private:
+  static constexpr int kMaxCandidates = 8, kMaxProbe = 8;
+  struct BucketState {
+    int current = 0;   // index into candidates_: starts at N
+    int probing = -1;  // candidate under probe, or -1
+    int probe_n = 0;   // probe seconds so far
+    std::array<double, kMaxProbe> probe{};
+    int interval = 0, until_probe = 0;
+    int next_side = -1;          // which neighbour the next probe tries: -1 fewer, +1 more
+    double mean_at_decision = 0;  // the current candidate's mean when it was last chosen
+    std::array<double, kMaxCandidates> mean{};
+    std::array<bool, kMaxCandidates> warm{}, measured{};
+  };
+  int Index(int threads) const;
+  int Neighbour(BucketState& b) const;
+  void EndProbe(BucketState& b);
+
+  ThreadGovernorConfig config_;
+  std::vector<int> candidates_;  // ascending: 1, ..., N
+  std::array<BucketState, kBuckets> buckets_{};
+  ThreadGovernorStats stats_;
+};
+
+}  // namespace fathom

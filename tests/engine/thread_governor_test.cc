@@ -1,0 +1,162 @@
+// ThreadGovernor against simulated hosts: each test's host says what a step costs on t
+// threads (and when a competing load arrives or leaves); the governor sees only the
+// seconds of the steps it chose, as the engine's step timer gives them.
+#include "engine/thread_governor.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+
+namespace fathom {
+namespace {
+
+using Host = std::function<double(int64_t step, int threads)>;
+
+struct Counts {
+  int64_t steps_at_one = 0, steps_at_max = 0;
+};
+
+// Steps [from, to) of one bucket on `host`; counts the steps by thread count.
+Counts Drive(ThreadGovernor& g, const Host& host, int64_t from, int64_t to, int bucket = 0) {
+  Counts r;
+  for (int64_t s = from; s < to; ++s) {
+    const int t = g.Choose(bucket);
+    g.Record(bucket, t, host(s, t));
+    if (t == 1) ++r.steps_at_one;
+    if (t == g.candidates().back()) ++r.steps_at_max;
+  }
+  return r;
+}
+
+// 2 threads 1.8x faster than 1 (an idle 2-core host, a memory-bound decode step).
+double Idle(int threads) { return threads == 2 ? 1e-3 / 1.8 : 1e-3; }
+// Under a competing load: 1 thread a little slower, 2 threads 5x slower than 1 (what
+// BENCHMARKS_CDB.md and this measurements saw on the 2-core VM).
+double Loaded(int threads) { return threads == 2 ? 5.5e-3 : 1.1e-3; }
+
+TEST(ThreadGovernor, CandidatesAreTheHalvingsOfTheMaximum) {
+  EXPECT_EQ(ThreadGovernor({.max_threads = 8}).candidates(), (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_EQ(ThreadGovernor({.max_threads = 6}).candidates(), (std::vector<int>{1, 3, 6}));
+  EXPECT_EQ(ThreadGovernor({.max_threads = 2}).candidates(), (std::vector<int>{1, 2}));
+  EXPECT_EQ(ThreadGovernor({.max_threads = 0}).candidates(), (std::vector<int>{1}));
+}
+
+TEST(ThreadGovernor, OneThreadConfiguredIsOneThreadAlways) {
+  ThreadGovernor g({.max_threads = 1});
+  const Counts r = Drive(g, [](int64_t, int t) { return t == 1 ? 1.0 : 0.001; }, 0, 1000);
+  EXPECT_EQ(r.steps_at_one, 1000);
+  EXPECT_EQ(g.stats().probes, 0);
+}
+
+TEST(ThreadGovernor, BucketsSplitPrefillFromDecodeAndRowsByPowersOfTwo) {
+  EXPECT_EQ(ThreadGovernor::Bucket(false, 1), 0);
+  EXPECT_EQ(ThreadGovernor::Bucket(false, 2), 1);
+  EXPECT_EQ(ThreadGovernor::Bucket(false, 3), 2);
+  EXPECT_EQ(ThreadGovernor::Bucket(false, 4), 2);
+  EXPECT_EQ(ThreadGovernor::Bucket(false, 5), 3);
+  EXPECT_EQ(ThreadGovernor::Bucket(false, 1 << 20), ThreadGovernor::kBuckets / 2 - 1);
+  EXPECT_EQ(ThreadGovernor::Bucket(true, 1), ThreadGovernor::kBuckets / 2);
+  EXPECT_EQ(ThreadGovernor::Bucket(true, 256), ThreadGovernor::kBuckets / 2 + 8);
+}
+
+TEST(ThreadGovernor, AnIdleHostKeepsAllThreadsAndProbesLessThanOnePercent) {
+  ThreadGovernor g({.max_threads = 2});
+  const Counts r = Drive(g, [](int64_t, int t) { return Idle(t); }, 0, 20000);
+  EXPECT_EQ(g.current(0), 2);
+  EXPECT_EQ(g.stats().switches, 0);
+  // Probes at 32, 96, 224, ... steps (the interval doubling to 2048): 14 in 20000 steps,
+  // 3 counted steps each and one uncounted first step.
+  EXPECT_LT(r.steps_at_one, 20000 / 100);
+  EXPECT_GT(r.steps_at_one, 0);
+}
+
+TEST(ThreadGovernor, ACompetingLoadMovesItToOneThreadWithinAFewSteps) {
+  ThreadGovernor g({.max_threads = 2});
+  const Host host = [](int64_t s, int t) { return s < 3000 ? Idle(t) : Loaded(t); };
+  Drive(g, host, 0, 3000);
+  ASSERT_EQ(g.current(0), 2);
+  // The loaded steps at 2 threads raise the mean past rise_factor within two steps (decay
+  // 0.2), the probe runs 3 steps: one thread from about the 6th loaded step on.
+  Drive(g, host, 3000, 3008);
+  EXPECT_EQ(g.current(0), 1);
+  // Under the load from then on, 2 threads only in probes: 5x slower, so what the probes
+  // cost is what matters, and the doubling interval keeps it small.
+  const Counts r = Drive(g, host, 3008, 23008);
+  EXPECT_EQ(g.current(0), 1);
+  EXPECT_LT(r.steps_at_max, 20000 / 100);
+}
+
+TEST(ThreadGovernor, AfterTheLoadLeavesItReturnsWithinTheLongestProbeInterval) {
+  ThreadGovernorConfig config{.max_threads = 2};
+  ThreadGovernor g(config);
+  const Host host = [](int64_t s, int t) { return s < 10000 ? Loaded(t) : Idle(t); };
+  Drive(g, host, 0, 10000);
+  ASSERT_EQ(g.current(0), 1);
+  Drive(g, host, 10000, 10000 + config.max_interval + config.probe_steps + 1);
+  EXPECT_EQ(g.current(0), 2);
+}
+
+TEST(ThreadGovernor, NoisyStepTimesStillPickTheFasterCount) {
+  // +-25% multiplicative noise on every step; 2 threads 1.4x faster. The governor must spend
+  // at least 95% of the steps on 2 threads.
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> noise(0.75, 1.25);
+  ThreadGovernor g({.max_threads = 2});
+  const Counts r = Drive(g, [&](int64_t, int t) { return noise(rng) * (t == 2 ? 1.0 / 1.4 : 1.0); }, 0, 20000);
+  EXPECT_GT(r.steps_at_max, 20000 * 95 / 100);
+  // And the other way round: 1 thread 1.4x faster.
+  ThreadGovernor h({.max_threads = 2});
+  const Counts s = Drive(h, [&](int64_t, int t) { return noise(rng) * (t == 1 ? 1.0 / 1.4 : 1.0); }, 0, 20000);
+  EXPECT_GT(s.steps_at_one, 20000 * 95 / 100);
+}
+
+TEST(ThreadGovernor, OneSlowFirstStepOfACountDoesNotDecide) {
+  // Each count's first step builds its primitives (100x slower); 2 threads are faster after.
+  ThreadGovernor g({.max_threads = 2});
+  int seen[3] = {0, 0, 0};
+  Drive(g, [&](int64_t, int t) { return (seen[t]++ == 0 ? 100.0 : 1.0) * Idle(t); }, 0, 5000);
+  EXPECT_EQ(g.current(0), 2);
+  EXPECT_EQ(g.stats().switches, 0);
+}
+
+TEST(ThreadGovernor, ManyCandidatesClimbToTheBestOne) {
+  // 8 threads allowed, but 3 cores are held by other work: 4 threads is the fastest.
+  const std::map<int, double> cost = {{1, 4.0}, {2, 2.1}, {4, 1.2}, {8, 3.0}};
+  ThreadGovernor g({.max_threads = 8});
+  Drive(g, [&](int64_t, int t) { return cost.at(t); }, 0, 2000);
+  EXPECT_EQ(g.current(0), 4);
+  // And down to 1 when one thread is the fastest.
+  const std::map<int, double> serial = {{1, 1.0}, {2, 1.5}, {4, 2.5}, {8, 6.0}};
+  ThreadGovernor h({.max_threads = 8});
+  Drive(h, [&](int64_t, int t) { return serial.at(t); }, 0, 2000);
+  EXPECT_EQ(h.current(0), 1);
+}
+
+TEST(ThreadGovernor, BucketsDecideApart) {
+  // Small decode steps are faster on 1 thread (barriers cost more than the work), large
+  // prefill steps on 2.
+  ThreadGovernor g({.max_threads = 2});
+  const int small = ThreadGovernor::Bucket(false, 1), large = ThreadGovernor::Bucket(true, 256);
+  for (int s = 0; s < 3000; ++s) {
+    const int a = g.Choose(small);
+    g.Record(small, a, a == 1 ? 1e-4 : 3e-4);
+    const int b = g.Choose(large);
+    g.Record(large, b, b == 2 ? 5e-3 : 9e-3);
+  }
+  EXPECT_EQ(g.current(small), 1);
+  EXPECT_EQ(g.current(large), 2);
+}
+
+TEST(ThreadGovernor, CountsItDidNotChooseAreIgnored) {
+  ThreadGovernor g({.max_threads = 2});
+  g.Record(0, 3, 1.0);    // not a candidate
+  g.Record(0, 2, -1.0);   // no time
+  g.Record(0, 2, NAN);
+  EXPECT_EQ(g.stats().steps, 0);
+}
+
+}  // namespace
+}  // namespace fathom
