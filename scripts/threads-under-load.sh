@@ -4,7 +4,7 @@
 # ThreadGovernor (--adaptive-threads), and on N threads with libgomp's idle spinning
 # bounded (GOMP_SPINCOUNT=10000 against its default 300000), with 0, 1, ... busy-looping
 # processes beside it.
-# Interleaved: within each round the three configurations run back to back in a rotated
+# Interleaved: within each round the four configurations run back to back in a rotated
 # order, and ratios are taken within a round (the host's speed moves between rounds).
 #
 #   scripts/threads-under-load.sh                       # ouro-small, N = 2, loads 0 1 2

@@ -160,8 +160,6 @@ class Engine {
   // the requests in flight finish in time (BudgetConfig::reclaim_safety of it).
   void NoticeReclaim(double seconds);
   bool reclaim_noticed() const { return reclaim_at_ < kNever; }
-  // The thread counts the steps ran on (EngineOptions::adaptive_threads).
-  const ThreadGovernor& threads() const { return governor_; }
 
  private:
   static constexpr double kNever = std::numeric_limits<double>::infinity();

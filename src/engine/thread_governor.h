@@ -14,7 +14,7 @@
 // and small and large steps may prefer different counts) it keeps a decayed mean of the
 // step seconds of each candidate and exploits the best; every `interval` steps of the
 // bucket it probes a neighbouring candidate for `probe_steps` steps and switches when the
-// probe's mean beats the current mean by `switch_margin`. A probe that loses doubles the
+// probe's median beats the current mean by `switch_margin`. A probe that loses doubles the
 // interval (up to max_interval), so a count that is 5x slower under load costs about
 // probe_steps x 4 / max_interval of the steps; a current mean that rises by rise_factor
 // over its value at the last decision (a competing load arrived) brings the next probe
@@ -34,7 +34,7 @@ struct ThreadGovernorConfig {
   int probe_steps = 3;          // counted steps a probe runs the other candidate (<= 8)
   int min_interval = 32;        // steps of a bucket between probes, after a switch
   int max_interval = 2048;      // the interval's cap as losing probes double it
-  double switch_margin = 0.92;  // switch when probe mean < margin x current mean
+  double switch_margin = 0.92;  // switch when probe median < margin x current mean
   double rise_factor = 1.5;     // current mean this much above its last-decision value: probe now
   double decay = 0.2;           // weight of a new sample in the decayed means
 };
