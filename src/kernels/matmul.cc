@@ -10,7 +10,8 @@
 // Primitives depend on M, so they are created on first use per M (up to kMaxChunkRows; larger
 // M is split into chunks) against the one packed layout chosen at Create. At M <= 2 with
 // bf16 weights the AVX512-BF16 GEMV in gemv_bf16.cc streams the same packed buffer faster.
-// WeightFormat::kInt8 bypasses oneDNN altogether: Int8Weights (matmul_int8.h) for every M.
+// WeightFormat::kInt8, kW8A8 and kInt4 bypass oneDNN altogether: Int8Weights (matmul_int8.h),
+// W8A8Weights (matmul_w8a8.h) or Int4Weights (matmul_int4.h) for every M.
 #include "kernels/matmul.h"
 
 #include <immintrin.h>
@@ -26,8 +27,10 @@
 
 #include "core/check.h"
 #include "kernels/gemv_bf16.h"
+#include "kernels/matmul_int4.h"
 #include "kernels/matmul_int8.h"
 #include "kernels/matmul_row_invariant.h"
+#include "kernels/matmul_w8a8.h"
 
 namespace fathom {
 namespace {
@@ -146,6 +149,11 @@ struct Linear::Impl {
   WeightFormat format = WeightFormat::kCheckpoint;
   // kInt8: the quantized weights; nothing of oneDNN below is used.
   Int8Weights int8;
+  // kW8A8: the same int8 weights packed for int8 activations (VNNI).
+  W8A8Weights w8a8;
+  // kInt4: int4 weights in groups of 32 times int8 activations (VNNI).
+  Int4Weights int4;
+  bool own_kernel() const { return format != WeightFormat::kCheckpoint; }
   // MakeBatchInvariant: W [N, K] f32 for MatmulF32RowInvariant; oneDNN's copy is freed.
   std::vector<float> invariant_w;
   // The f32 bias [N] of fathom's own kernels (int8, batch-invariant); empty: none.
@@ -307,12 +315,20 @@ std::vector<float> ConcatBias(const std::vector<TensorView>& parts,
 }  // namespace
 
 std::string_view WeightFormatName(WeightFormat f) {
-  return f == WeightFormat::kInt8 ? "int8" : "checkpoint";
+  switch (f) {
+    case WeightFormat::kInt8: return "int8";
+    case WeightFormat::kW8A8: return "w8a8";
+    case WeightFormat::kInt4: return "int4";
+    case WeightFormat::kCheckpoint: break;
+  }
+  return "checkpoint";
 }
 
 std::optional<WeightFormat> ParseWeightFormat(std::string_view name) {
   if (name == "checkpoint") return WeightFormat::kCheckpoint;
   if (name == "int8") return WeightFormat::kInt8;
+  if (name == "w8a8") return WeightFormat::kW8A8;
+  if (name == "int4") return WeightFormat::kInt4;
   return std::nullopt;
 }
 
@@ -346,11 +362,22 @@ Result<Linear> Linear::Create(const std::vector<TensorView>& weights,
   for (const TensorView& w : weights) impl->n += w.shape[0];
   impl->dtype = weights[0].dtype;
   impl->format = format;
-  if (format == WeightFormat::kInt8) {
+  if (impl->own_kernel()) {
     const std::vector<uint8_t> plain = ConcatPlain(weights, /*to_f32=*/true);
-    auto q = Int8Weights::Quantize(reinterpret_cast<const float*>(plain.data()), impl->n, impl->k);
-    if (!q.ok()) return q.status().WithContext("Linear");
-    impl->int8 = std::move(*q);
+    const auto* w = reinterpret_cast<const float*>(plain.data());
+    if (format == WeightFormat::kInt8) {
+      auto q = Int8Weights::Quantize(w, impl->n, impl->k);
+      if (!q.ok()) return q.status().WithContext("Linear");
+      impl->int8 = std::move(*q);
+    } else if (format == WeightFormat::kW8A8) {
+      auto q = W8A8Weights::Quantize(w, impl->n, impl->k);
+      if (!q.ok()) return q.status().WithContext("Linear");
+      impl->w8a8 = std::move(*q);
+    } else {
+      auto q = Int4Weights::Quantize(w, impl->n, impl->k);
+      if (!q.ok()) return q.status().WithContext("Linear");
+      impl->int4 = std::move(*q);
+    }
     impl->own_bias = ConcatBias(weights, biases);
     Linear out;
     out.impl_ = std::move(impl);
@@ -396,6 +423,8 @@ DType Linear::compute_dtype() const {
 size_t Linear::weight_bytes() const {
   if (!impl_) return 0;
   if (impl_->format == WeightFormat::kInt8) return impl_->int8.bytes();
+  if (impl_->format == WeightFormat::kW8A8) return impl_->w8a8.bytes();
+  if (impl_->format == WeightFormat::kInt4) return impl_->int4.bytes();
   if (!impl_->invariant_w.empty()) return impl_->invariant_w.size() * sizeof(float);
   return impl_->packed_md.get_size();
 }
@@ -403,7 +432,7 @@ size_t Linear::weight_bytes() const {
 Status Linear::MakeBatchInvariant() {
   if (!impl_) return Status::Ok();  // an absent matmul (e.g. no adapter): nothing to run
   Impl& p = *impl_;
-  if (p.format == WeightFormat::kInt8 || !p.invariant_w.empty()) return Status::Ok();
+  if (p.own_kernel() || !p.invariant_w.empty()) return Status::Ok();
   try {
     // The packed weights back to plain [N, K] ("ba" of the [K, N] matrix), in f32.
     p.invariant_w.assign(static_cast<size_t>(p.n * p.k), 0.f);
@@ -428,7 +457,7 @@ Status Linear::MakeBatchInvariant() {
 }
 
 bool Linear::batch_invariant() const {
-  return impl_ && (impl_->format == WeightFormat::kInt8 || !impl_->invariant_w.empty());
+  return impl_ && (impl_->own_kernel() || !impl_->invariant_w.empty());
 }
 
 void Linear::ForwardRounded(const float* x, int64_t m, float* y) const {
@@ -439,6 +468,14 @@ void Linear::ForwardRounded(const float* x, int64_t m, float* y) const {
   }
   if (impl_->format == WeightFormat::kInt8) {
     impl_->int8.Matmul(x, m, impl_->own_bias_or_null(), y);
+    return;
+  }
+  if (impl_->format == WeightFormat::kW8A8) {
+    impl_->w8a8.Matmul(x, m, impl_->own_bias_or_null(), y);
+    return;
+  }
+  if (impl_->format == WeightFormat::kInt4) {
+    impl_->int4.Matmul(x, m, impl_->own_bias_or_null(), y);
     return;
   }
   if (impl_->use_gemv && m <= internal::kGemvMaxRows && internal::GemvEnabled()) {

@@ -9,6 +9,10 @@
 // WeightFormat::kInt8 instead quantizes W at Create to int8 with one scale per output channel
 // (matmul_int8.h) and keeps only that: a quarter of f32's bytes, half of bf16's; every
 // Forward runs the int8 kernel (dequantization in registers, f32 accumulation).
+// WeightFormat::kW8A8 keeps the same int8 weights and also quantizes the activations to int8
+// at every Forward (per row and group of 32), for integer dot products (matmul_w8a8.h).
+// WeightFormat::kInt4 quantizes W to int4 in groups of 32 with f16 scales (Q4_0's shape) and
+// multiplies it by activations quantized as kW8A8's (matmul_int4.h).
 #pragma once
 
 #include <cstdint>
@@ -26,8 +30,10 @@ namespace fathom {
 enum class WeightFormat : uint8_t {
   kCheckpoint,  // the checkpoint's dtype (f16 as f32), prepacked for oneDNN: exact weights
   kInt8,        // int8, per-output-channel scales, quantized at Create (matmul_int8.h)
+  kW8A8,        // kInt8's weights times int8 activations (matmul_w8a8.h; VNNI)
+  kInt4,        // int4 in groups of 32, f16 scales, times int8 activations (matmul_int4.h)
 };
-// The CLI spelling: "checkpoint", "int8".
+// The CLI spelling: "checkpoint", "int8", "w8a8", "int4".
 std::string_view WeightFormatName(WeightFormat f);
 std::optional<WeightFormat> ParseWeightFormat(std::string_view name);
 
@@ -52,9 +58,11 @@ class Linear {
   WeightFormat weight_format() const;
   // What the matmul runs in: kBF16 for bf16 weights (x is rounded to bf16 per call) where
   // the CPU supports it, else kF32 (f16 weights always, bf16 on CPUs without AVX-512, and
-  // int8 weights: x stays f32, the weights are dequantized to f32 in registers).
+  // int8 weights: x stays f32, the weights are dequantized to f32 in registers; w8a8: also
+  // kF32, the int8 activations live inside the kernel).
   DType compute_dtype() const;
-  // Bytes of W streamed by one Forward (kInt8: the int8 weights and their f32 scales).
+  // Bytes of W streamed by one Forward (kInt8, kW8A8, kInt4: the quantized weights and their
+  // scales).
   size_t weight_bytes() const;
 
   // x: [m, K] f32 row-major; y: [m, N] f32 row-major. Not reentrant (one caller at a time);

@@ -4,8 +4,9 @@
 // Loading checks the checkpoint against the family's declared tensors (family.h): a missing
 // tensor, an unexpected one, or a wrong shape is an error naming the file, the tensor and
 // expected versus found. Matmul weights are prepacked into memory fathom owns (matmul.h),
-// in the checkpoint's dtype or, with LoadOptions::weights = kInt8, quantized to int8 per
-// output channel; norms and small vectors are converted to f32. The embedding table stays
+// in the checkpoint's dtype or, with LoadOptions::weights = kInt8 / kW8A8 / kInt4, quantized
+// at load (int8 per output channel, or int4 per group of 32); norms and small vectors are
+// converted to f32. The embedding table stays
 // memory-mapped (a decode step touches one row of it). L2A gate checkpoints
 // (docs/L2A_FORMAT.md) add per-layer routers, and their LoRA adapters are merged into the
 // base weights here (W + alpha / r * B A, in f32).

@@ -226,7 +226,7 @@ TEST(LinearInt8, FusedPartsMatchReference) {
 TEST(LinearInt8, WeightFormatNames) {
   EXPECT_EQ(ParseWeightFormat("int8"), WeightFormat::kInt8);
   EXPECT_EQ(ParseWeightFormat("checkpoint"), WeightFormat::kCheckpoint);
-  EXPECT_FALSE(ParseWeightFormat("int4").has_value());
+  EXPECT_FALSE(ParseWeightFormat("int2").has_value());
   EXPECT_FALSE(ParseWeightFormat("bf16").has_value());
   EXPECT_EQ(WeightFormatName(WeightFormat::kInt8), "int8");
   EXPECT_EQ(WeightFormatName(WeightFormat::kCheckpoint), "checkpoint");

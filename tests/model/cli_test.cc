@@ -41,7 +41,7 @@ TEST(CliTest, BadFlagsAreUsageErrorsNamingTheFlag) {
       {"make-model llama", "OUTDIR"},
       {"make-model llama /tmp/x --dtype f64", "--dtype"},
       {"bench decode --prompt 0 --model /x", "--prompt"},
-      {"generate --model /x --prompt-ids 1 --weights int4", "--weights: 'int4' is not checkpoint or int8"},
+      {"generate --model /x --prompt-ids 1 --weights int2", "--weights: 'int2' is not checkpoint, int8, w8a8 or int4"},
       {"eval --model /x --ids-file /x --weights fp8", "--weights: 'fp8'"},
       {"bench decode --model /x --weights q4", "--weights: 'q4'"},
   };

@@ -118,7 +118,7 @@ int RunBenchDecode(const std::vector<std::string>& args) {
   DecodeArgs a;
   FlagSet flags("fathom bench decode",
                 "fathom bench decode --model DIR [--batch 1,4,16,64] [--prompt 128 --gen 128 --threads 2]\n"
-                "                    [--loops R] [--layout NAME] [--weights checkpoint|int8] [--batch-invariant] [--budget B] [--json]",
+                "                    [--loops R] [--layout NAME] [--weights checkpoint|int8|w8a8|int4] [--batch-invariant] [--budget B] [--json]",
                 "For each batch size B: B sequences of --prompt tokens are prefilled, then decode\n"
                 "--gen tokens each in lockstep (every token at full depth). Reports prompt and\n"
                 "decode tokens/s, and the decode step's weight bytes per second as a fraction of\n"

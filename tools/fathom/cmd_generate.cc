@@ -135,7 +135,7 @@ int RunGenerate(const std::vector<std::string>& args) {
       "fathom generate",
       "fathom generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT) --max-tokens N\n"
       "                [--loops R | --exit-threshold Q] [--temperature T --top-p P --top-k K --seed S]\n"
-      "                [--lookahead] [--weights checkpoint|int8] [--batch-invariant] [--color auto|always|never] [--json]",
+      "                [--lookahead] [--weights checkpoint|int8|w8a8|int4] [--batch-invariant] [--color auto|always|never] [--json]",
       "Generates tokens from a prompt and prints the ids (the text, with --prompt), decode\n"
       "tokens/s and, for looped models, the exit depth (loop steps run) of every generated\n"
       "token; in a terminal, --prompt's text is coloured by exit depth. Prompt tokens run\n"

@@ -95,8 +95,11 @@ Result<DType> ParseKvDtypeFlag(const std::string& name) {
 
 void LoadFlags::Declare(FlagSet& flags) {
   flags.String("--weights", &weights,
-               "matmul weights of the layers: checkpoint (the checkpoint's dtype, exact) or int8 "
-               "(quantized at load per output channel, about half of bf16's bytes); the LM head and "
+               "matmul weights of the layers: checkpoint (the checkpoint's dtype, exact), int8 "
+               "(quantized at load per output channel, about half of bf16's bytes; f32 activations) or "
+               "w8a8 (int8's weights times activations quantized to int8 per 32 values at every matmul: "
+               "integer dot products, AVX512-VNNI where the CPU has it) or int4 (groups of 32 with f16 "
+               "scales, Q4_0's shape, times w8a8's activations); the LM head and "
                "embedding stay in the checkpoint's dtype (default " + weights + ")");
   flags.Bool("--batch-invariant", &batch_invariant,
              "every matmul through fathom's batch-invariant f32 kernel: each request's output is\n"
@@ -107,7 +110,7 @@ void LoadFlags::Declare(FlagSet& flags) {
 Result<LoadOptions> LoadFlags::Options() const {
   LoadOptions o;
   const std::optional<WeightFormat> f = ParseWeightFormat(weights);
-  if (!f) return Status::Error("--weights: '" + weights + "' is not checkpoint or int8");
+  if (!f) return Status::Error("--weights: '" + weights + "' is not checkpoint, int8, w8a8 or int4");
   o.weights = *f;
   o.batch_invariant = batch_invariant;
   return o;

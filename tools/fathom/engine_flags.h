@@ -101,8 +101,8 @@ std::string ResolveMinDepth(const FlagSet& flags, bool lookahead, int64_t* min_d
 
 // How a model loads (LoadOptions, src/model/model.h), the same flags on every command that
 // loads one:
-//   --weights checkpoint|int8  the per-layer matmul weights (the LM head and the embedding
-//                              keep the checkpoint's dtype)
+//   --weights checkpoint|int8|w8a8|int4  the per-layer matmul weights (the LM head and the
+//                              embedding keep the checkpoint's dtype)
 //   --batch-invariant          every matmul through the batch-invariant kernel: batched
 //                              output equals each request alone, bit for bit
 // Options(): the LoadOptions, or an error naming the flag and the bad value.
