@@ -235,6 +235,7 @@ json Row(const OfflineRuns& runs, const OfflineBenchOptions& opt, const OfflineR
   json j = {{"scheduler", std::string(SchedModeName(mode))},
             {"model", info.model_dir},
             {"model_type", info.model_type},
+            {"weights", info.weights},
             {"workload", info.workload},
             {"requests", info.requests},
             {"prompt_tokens", info.prompt_tokens},

@@ -54,6 +54,7 @@ struct OfflineReportInfo {
   int32_t r_max = 0;
   double mean_depth_target = 0;  // the seeded depths' mean (the trace's with a recorded one)
   StageFlops flops;              // of the model (CountFlops)
+  std::string weights = "checkpoint";  // the layers' format (WeightFormatName)
 };
 
 // One JSON object per scheduler, in modes' order. Ratios to CB are taken within a round

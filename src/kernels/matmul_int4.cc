@@ -1,6 +1,9 @@
 // Int4 group-quantized weights: the quantizer, the AVX512-VNNI kernel and the exact scalar
 // path (see matmul_int4.h for the arithmetic both follow step for step).
 //
+// The AVX2 kernel: one block (two ymm halves) for up to 2 rows; vpmaddubsw takes the
+// nibbles unsigned and the activations signed (pairs at most 2 * 15 * 127: no saturation).
+//
 // Register blocking of the VNNI kernel: two 16-channel blocks for up to kMaxRows = 4 rows.
 // Per row and block one int32 group accumulator and one f32 total (16 zmm), plus the
 // unpacked low and high nibbles of both blocks (4), their scales (2) and the broadcast
@@ -16,7 +19,6 @@
 #include <string>
 
 #include "core/dtype.h"
-#include "kernels/matmul_w8a8.h"
 
 // GCC 12 reports the _mm512_undefined_*() inside its own AVX-512 intrinsics (set1, cvt) as
 // maybe-uninitialized when they are inlined under -O3.
@@ -46,12 +48,12 @@ struct Activations {
   std::vector<int32_t> corr;
 };
 
-void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t kp, bool vnni, Activations* a) {
+void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t kp, DotPath path, Activations* a) {
   const int64_t groups = kp / kInt4Group;
   a->u.resize(static_cast<size_t>(m * kp));
   a->sx.resize(static_cast<size_t>(m * groups));
   a->corr.resize(static_cast<size_t>(m * groups));
-  QuantizeActivationRows(x, m, k, kp, a->u.data(), a->sx.data(), vnni);
+  QuantizeActivationRows(x, m, k, kp, a->u.data(), a->sx.data(), path);
   for (int64_t i = 0; i < m * groups; ++i) {
     uint8_t* b = a->u.data() + i * kInt4Group;
     int32_t sum = 0;
@@ -84,6 +86,64 @@ void BlockRowsScalar(const uint8_t* wb, const uint16_t* sb, int64_t kp, const Ac
       }
       y[(r - r0) * ys + c] = acc + (bias ? bias[c] : 0.f);
     }
+  }
+}
+
+// AVX2 path: MR rows against one block; the same arithmetic as the scalar path.
+template <int MR>
+void BlockRowsAvx2(const uint8_t* wb, const uint16_t* sb, int64_t kp, const uint8_t* xq, const float* sx,
+                   const int32_t* corr, const float* bias, int64_t valid, float* y, int64_t ys) {
+  const int64_t groups = kp / kInt4Group;
+  const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  __m256 total[MR][2];
+  #pragma GCC unroll 2
+  for (int m = 0; m < MR; ++m) total[m][0] = total[m][1] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i dot[MR][2];
+    #pragma GCC unroll 2
+    for (int m = 0; m < MR; ++m) dot[m][0] = dot[m][1] = _mm256_setzero_si256();
+    #pragma GCC unroll 4
+    for (int64_t p = 0; p < 4; ++p) {
+      __m256i lo[2], hi[2];
+      #pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {  // channels 8h .. 8h + 7
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + g * kGroupBytes + p * 64 + h * 32));
+        lo[h] = _mm256_and_si256(v, low4);
+        hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+      }
+      #pragma GCC unroll 2
+      for (int m = 0; m < MR; ++m) {
+        int32_t even, odd;
+        std::memcpy(&even, xq + m * kp + g * kInt4Group + p * 8, sizeof(even));
+        std::memcpy(&odd, xq + m * kp + g * kInt4Group + p * 8 + 4, sizeof(odd));
+        const __m256i xe = _mm256_set1_epi32(even), xo = _mm256_set1_epi32(odd);
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m256i pe = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[h], xe), ones);
+          const __m256i po = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[h], xo), ones);
+          dot[m][h] = _mm256_add_epi32(dot[m][h], _mm256_add_epi32(pe, po));
+        }
+      }
+    }
+    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + g * kInt4BlockN)));
+    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + g * kInt4BlockN + 8)));
+    #pragma GCC unroll 2
+    for (int m = 0; m < MR; ++m) {
+      const __m256 s = _mm256_set1_ps(sx[m * groups + g]);
+      const __m256i c = _mm256_set1_epi32(corr[m * groups + g]);
+      total[m][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[m][0], c)), _mm256_mul_ps(d0, s), total[m][0]);
+      total[m][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[m][1], c)), _mm256_mul_ps(d1, s), total[m][1]);
+    }
+  }
+  alignas(32) float b[kInt4BlockN] = {};
+  if (bias) std::memcpy(b, bias, static_cast<size_t>(valid) * sizeof(float));
+  const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+  #pragma GCC unroll 2
+  for (int m = 0; m < MR; ++m) {
+    alignas(32) float out[kInt4BlockN];
+    _mm256_store_ps(out, _mm256_add_ps(total[m][0], b0));
+    _mm256_store_ps(out + 8, _mm256_add_ps(total[m][1], b1));
+    std::memcpy(y + m * ys, out, static_cast<size_t>(valid) * sizeof(float));
   }
 }
 
@@ -213,13 +273,13 @@ float Int4Weights::scale(int64_t row, int64_t group) const {
                                               row % kInt4BlockN)]);
 }
 
-void Int4Weights::Matmul(const float* x, int64_t m, const float* bias, float* y, bool use_vnni) const {
+void Int4Weights::Matmul(const float* x, int64_t m, const float* bias, float* y, DotPath path) const {
   if (m <= 0) return;
-  const bool vnni = use_vnni && CpuHasAvx512Vnni();
+  path = ResolveDotPath(path);
   const int64_t groups = kp_ / kInt4Group;
   // The calling thread's quantized activations, kept between calls (no allocation once warm).
   thread_local Activations act;
-  QuantizeActivations(x, m, k_, kp_, vnni, &act);
+  QuantizeActivations(x, m, k_, kp_, path, &act);
   const Activations& a = act;
   const int64_t blocks = (n_ + kInt4BlockN - 1) / kInt4BlockN;
   const int64_t pairs = (blocks + 1) / 2;
@@ -238,17 +298,29 @@ void Int4Weights::Matmul(const float* x, int64_t m, const float* bias, float* y,
     for (int64_t r = 0; r < m; r += kMaxRows) {
       const int64_t rows = std::min(kMaxRows, m - r);
       float* yr = y + r * n_ + col;
-      if (!vnni) {
-        for (int64_t j = 0; j < nb; ++j) {
-          const int64_t c0 = j * kInt4BlockN;
-          BlockRowsScalar(wb + j * block_bytes, sb + j * block_scales, kp_, a, r, rows, bb ? bb + c0 : nullptr,
-                          std::min(kInt4BlockN, valid - c0), yr + c0, n_);
-        }
-        continue;
-      }
       const uint8_t* xr = a.u.data() + r * kp_;
       const float* sr = a.sx.data() + r * groups;
       const int32_t* cr = a.corr.data() + r * groups;
+      if (path != DotPath::kVnni) {
+        for (int64_t j = 0; j < nb; ++j) {
+          const int64_t c0 = j * kInt4BlockN, cols = std::min(kInt4BlockN, valid - c0);
+          const uint8_t* wj = wb + j * block_bytes;
+          const uint16_t* sj = sb + j * block_scales;
+          const float* bj = bb ? bb + c0 : nullptr;
+          if (path == DotPath::kScalar) {
+            BlockRowsScalar(wj, sj, kp_, a, r, rows, bj, cols, yr + c0, n_);
+            continue;
+          }
+          for (int64_t r2 = 0; r2 < rows; r2 += 2) {  // the AVX2 kernel takes 2 rows at a time
+            const int64_t o = r2 * kp_, og = r2 * groups;
+            if (rows - r2 >= 2)
+              BlockRowsAvx2<2>(wj, sj, kp_, xr + o, sr + og, cr + og, bj, cols, yr + r2 * n_ + c0, n_);
+            else
+              BlockRowsAvx2<1>(wj, sj, kp_, xr + o, sr + og, cr + og, bj, cols, yr + r2 * n_ + c0, n_);
+          }
+        }
+        continue;
+      }
 #define FATHOM_INT4_CASE(MR, NB) BlockRowsVnni<MR, NB>(wb, sb, kp_, xr, sr, cr, bb, valid, yr, n_)
       if (nb == 2) {
         switch (rows) {

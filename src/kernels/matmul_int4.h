@@ -1,7 +1,7 @@
 // Int4 weights in groups of 32 along K with one f16 scale per group (the shape of llama.cpp's
 // Q4_0: 4.5 bits per weight), quantized at load, times int8 activations (quantized at every
 // call exactly as W8A8 does: one scale per row and group of 32, matmul_w8a8.h), with integer
-// dot products (AVX512-VNNI vpdpbusd; an exact scalar path otherwise).
+// dot products (AVX512-VNNI vpdpbusd, else AVX2 vpmaddubsw; and an exact scalar path).
 //
 // Definitions (W [N, K] f32, G = ceil(K / 32) groups; a row's padding past K is 0):
 //   weights:     per (n, g): wmax = the element of largest |W| in the group (the first of
@@ -14,7 +14,7 @@
 //                acc = 0; for g: acc = fma(float(dot), d[n, g] * sx[m, g], acc)
 //                (the product of the two scales rounded to f32 first)
 //                y[m, n] = acc + bias[n]                                          (f32)
-// Every step is exact or an f32 rounding in a fixed order: the VNNI and scalar paths are
+// Every step is exact or an f32 rounding in a fixed order: the three paths are
 // bit-identical, rows are independent of M and of each other, threads split N only.
 // An f16 scale that would overflow (|wmax| > 8 * 65504) is an error naming row and group.
 //
@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/matmul_w8a8.h"
 
 namespace fathom {
 
@@ -53,8 +54,7 @@ class Int4Weights {
 
   // x: [m, K] f32 row-major, finite; bias: [N] f32 or nullptr; y: [m, N] f32 row-major.
   // Parallel over N with OpenMP when the weights are large enough to pay for it.
-  // use_vnni = false runs the scalar path (tests compare the two).
-  void Matmul(const float* x, int64_t m, const float* bias, float* y, bool use_vnni = true) const;
+  void Matmul(const float* x, int64_t m, const float* bias, float* y, DotPath path = DotPath::kBest) const;
 
  private:
   int64_t n_ = 0, k_ = 0, kp_ = 0;

@@ -1,6 +1,10 @@
 // W8A8 matmul: the quantizers, the AVX512-VNNI kernel and the exact scalar path (see
 // matmul_w8a8.h for the arithmetic both follow step for step).
 //
+// The AVX2 kernel: one 16-channel block (two ymm halves) for up to 2 rows; per 4 k and row,
+// |xq| and sign(xq) * wq through vpmaddubsw (pairs, at most 2 * 127 * 127: no saturation),
+// then vpmaddwd against ones for the 4-k sums; no offset correction is needed.
+//
 // Register blocking of the VNNI kernel: two 16-channel blocks for up to kMaxRows = 4 rows at
 // a time. Per row and block one int32 group accumulator and one f32 total (16 zmm), plus the
 // two weight vectors, their two 128 * sum(w) correction accumulators, the 0x80 constant and
@@ -50,6 +54,56 @@ void BlockRowsScalar(const int8_t* wb, int64_t kp, const uint8_t* u, const float
       }
       y[r * ys + c] = std::fma(acc, scale[c], bias ? bias[c] : 0.f);
     }
+  }
+}
+
+// AVX2 path: MR rows against one block; the same arithmetic as the scalar path.
+template <int MR>
+void BlockRowsAvx2(const int8_t* wb, int64_t kp, const uint8_t* u, const float* sx, const float* scale,
+                   const float* bias, int64_t valid, float* y, int64_t ys) {
+  const int64_t groups = kp / kW8A8Group;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  __m256 total[MR][2];
+  #pragma GCC unroll 2
+  for (int m = 0; m < MR; ++m) total[m][0] = total[m][1] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i dot[MR][2];
+    #pragma GCC unroll 2
+    for (int m = 0; m < MR; ++m) dot[m][0] = dot[m][1] = _mm256_setzero_si256();
+    const int8_t* wg = wb + g * kW8A8Group * kW8A8BlockN;
+    #pragma GCC unroll 8
+    for (int64_t s = 0; s < kStepsPerGroup; ++s) {
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + s * 64));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + s * 64 + 32));
+      #pragma GCC unroll 2
+      for (int m = 0; m < MR; ++m) {
+        int32_t four;
+        std::memcpy(&four, u + m * kp + g * kW8A8Group + s * 4, sizeof(four));
+        const __m256i xq = _mm256_xor_si256(_mm256_set1_epi32(four), flip);  // u - 128 as bytes
+        const __m256i ax = _mm256_abs_epi8(xq);
+        const __m256i p0 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xq));
+        const __m256i p1 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xq));
+        dot[m][0] = _mm256_add_epi32(dot[m][0], _mm256_madd_epi16(p0, ones));
+        dot[m][1] = _mm256_add_epi32(dot[m][1], _mm256_madd_epi16(p1, ones));
+      }
+    }
+    #pragma GCC unroll 2
+    for (int m = 0; m < MR; ++m) {
+      const __m256 s = _mm256_set1_ps(sx[m * groups + g]);
+      total[m][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[m][0]), s, total[m][0]);
+      total[m][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[m][1]), s, total[m][1]);
+    }
+  }
+  alignas(32) float b[kW8A8BlockN] = {};
+  if (bias) std::memcpy(b, bias, static_cast<size_t>(valid) * sizeof(float));
+  const __m256 s0 = _mm256_loadu_ps(scale), s1 = _mm256_loadu_ps(scale + 8);
+  const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+  #pragma GCC unroll 2
+  for (int m = 0; m < MR; ++m) {
+    alignas(32) float out[kW8A8BlockN];
+    _mm256_store_ps(out, _mm256_fmadd_ps(total[m][0], s0, b0));
+    _mm256_store_ps(out + 8, _mm256_fmadd_ps(total[m][1], s1, b1));
+    std::memcpy(y + m * ys, out, static_cast<size_t>(valid) * sizeof(float));
   }
 }
 
@@ -168,9 +222,15 @@ void QuantizeActivationRow(const float* x, int64_t k, int64_t kp, uint8_t* u, fl
   }
 }
 
+DotPath ResolveDotPath(DotPath requested) {
+  if (requested == DotPath::kScalar) return DotPath::kScalar;
+  if (requested == DotPath::kAvx2) return DotPath::kAvx2;
+  return CpuHasAvx512Vnni() ? DotPath::kVnni : DotPath::kAvx2;
+}
+
 void QuantizeActivationRows(const float* x, int64_t m, int64_t k, int64_t kp, uint8_t* u, float* sx,
-                            bool use_vnni) {
-  const bool vnni = use_vnni && CpuHasAvx512Vnni();
+                            DotPath path) {
+  const bool vnni = ResolveDotPath(path) == DotPath::kVnni;
   const int64_t groups = kp / kW8A8Group;
   for (int64_t r = 0; r < m; ++r) {
     if (vnni)
@@ -199,16 +259,16 @@ Result<W8A8Weights> W8A8Weights::Quantize(const float* w, int64_t n, int64_t k) 
   return out;
 }
 
-void W8A8Weights::Matmul(const float* x, int64_t m, const float* bias, float* y, bool use_vnni) const {
+void W8A8Weights::Matmul(const float* x, int64_t m, const float* bias, float* y, DotPath path) const {
   if (m <= 0) return;
-  const bool vnni = use_vnni && CpuHasAvx512Vnni();
+  path = ResolveDotPath(path);
   const int64_t groups = kp_ / kW8A8Group;
   // The calling thread's quantized activations, kept between calls (no allocation once warm).
   thread_local std::vector<uint8_t> u;
   thread_local std::vector<float> sx;
   u.resize(static_cast<size_t>(m * kp_));
   sx.resize(static_cast<size_t>(m * groups));
-  QuantizeActivationRows(x, m, k_, kp_, u.data(), sx.data(), vnni);
+  QuantizeActivationRows(x, m, k_, kp_, u.data(), sx.data(), path);
   const uint8_t* ud = u.data();
   const float* sd = sx.data();
   const int64_t blocks = (n_ + kW8A8BlockN - 1) / kW8A8BlockN;
@@ -230,11 +290,21 @@ void W8A8Weights::Matmul(const float* x, int64_t m, const float* bias, float* y,
       const uint8_t* ur = ud + r * kp_;
       const float* sr = sd + r * groups;
       float* yr = y + r * n_ + col;
-      if (!vnni) {
+      if (path != DotPath::kVnni) {
         for (int64_t j = 0; j < nb; ++j) {
-          const int64_t c0 = j * kW8A8BlockN;
-          BlockRowsScalar(wb + j * block_bytes, kp_, ur, sr, rows, sc + c0, bb ? bb + c0 : nullptr,
-                          std::min(kW8A8BlockN, valid - c0), yr + c0, n_);
+          const int64_t c0 = j * kW8A8BlockN, cols = std::min(kW8A8BlockN, valid - c0);
+          const int8_t* wj = wb + j * block_bytes;
+          const float* bj = bb ? bb + c0 : nullptr;
+          if (path == DotPath::kScalar) {
+            BlockRowsScalar(wj, kp_, ur, sr, rows, sc + c0, bj, cols, yr + c0, n_);
+            continue;
+          }
+          for (int64_t r2 = 0; r2 < rows; r2 += 2) {  // the AVX2 kernel takes 2 rows at a time
+            if (rows - r2 >= 2)
+              BlockRowsAvx2<2>(wj, kp_, ur + r2 * kp_, sr + r2 * groups, sc + c0, bj, cols, yr + r2 * n_ + c0, n_);
+            else
+              BlockRowsAvx2<1>(wj, kp_, ur + r2 * kp_, sr + r2 * groups, sc + c0, bj, cols, yr + r2 * n_ + c0, n_);
+          }
         }
         continue;
       }

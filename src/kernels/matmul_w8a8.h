@@ -1,7 +1,8 @@
 // W8A8: int8 weights (one scale per output channel, quantized at load) times int8
 // activations (quantized at every call, one scale per row and group of 32 along K, as
-// llama.cpp quantizes activations for its Q8_0 dot products), with integer dot products
-// (AVX512-VNNI vpdpbusd where the CPU has it; an exact scalar path otherwise).
+// llama.cpp quantizes activations for its Q8_0 dot products), with integer dot products:
+// AVX512-VNNI vpdpbusd where the CPU has it, else AVX2 (vpmaddubsw on |xq| and sign(xq) * wq,
+// which cannot saturate: |xq|, |wq| <= 127), and an exact scalar path for the tests.
 //
 // Why a second int8 format: Int8Weights (matmul_int8.h) keeps activations f32 and
 // dequantizes every weight to f32 in registers, so its arithmetic is f32 FMAs (8 lanes per
@@ -17,7 +18,7 @@
 //   result:      dot[m, n, g] = sum_{k in g} xq[m, k] * wq[n, k]           (exact, int32)
 //                acc = 0; for g = 0 .. G-1: acc = fma(float(dot[m, n, g]), sx[m, g], acc)
 //                y[m, n] = fma(acc, sw[n], bias[n])                          (f32)
-// Every step is exact or one f32 rounding in a fixed order, so the VNNI and scalar paths are
+// Every step is exact or one f32 rounding in a fixed order, so the three paths are
 // bit-identical, a row's result does not depend on M or on the other rows (row-independent),
 // and threads (which split N, never K) do not change it.
 //
@@ -43,6 +44,12 @@ inline constexpr int64_t kW8A8Group = 32;   // activation values per scale
 // True when this CPU (and OS) run AVX512F/BW and AVX512-VNNI (the fast path).
 bool CpuHasAvx512Vnni();
 
+// Which integer dot-product code a W8A8 or Int4 matmul runs. kBest: VNNI where the CPU has
+// it, else AVX2 (fathom's baseline ISA); kVnni on a CPU without it runs AVX2. The tests run
+// every path and compare the bits.
+enum class DotPath : uint8_t { kBest, kScalar, kAvx2, kVnni };
+DotPath ResolveDotPath(DotPath requested);
+
 class W8A8Weights {
  public:
   // w: [n, k] f32 row-major, finite (an inf or NaN is an error naming the row).
@@ -61,8 +68,7 @@ class W8A8Weights {
 
   // x: [m, K] f32 row-major, finite; bias: [N] f32 or nullptr; y: [m, N] f32 row-major.
   // Parallel over N with OpenMP when the weights are large enough to pay for it.
-  // use_vnni = false runs the scalar path (tests compare the two).
-  void Matmul(const float* x, int64_t m, const float* bias, float* y, bool use_vnni = true) const;
+  void Matmul(const float* x, int64_t m, const float* bias, float* y, DotPath path = DotPath::kBest) const;
 
  private:
   int64_t n_ = 0, k_ = 0, kp_ = 0;
@@ -73,9 +79,9 @@ class W8A8Weights {
 // The activation quantization above for one row: u[Kp] = xq + 128 (128 in the padding),
 // sx[G]; scalar code (the tests' check of the definition).
 void QuantizeActivationRow(const float* x, int64_t k, int64_t kp, uint8_t* u, float* sx);
-// The same for m rows (x [m, K]; u [m, Kp]; sx [m, G]), with AVX-512 where the CPU has
-// AVX512-VNNI and use_vnni is set: the same bytes either way. Int4Weights shares it.
+// The same for m rows (x [m, K]; u [m, Kp]; sx [m, G]), with AVX-512 code on the VNNI path
+// (the same bytes either way). Int4Weights shares it.
 void QuantizeActivationRows(const float* x, int64_t m, int64_t k, int64_t kp, uint8_t* u, float* sx,
-                            bool use_vnni);
+                            DotPath path);
 
 }  // namespace fathom

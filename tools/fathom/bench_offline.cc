@@ -27,6 +27,7 @@ constexpr const char* kUsage =
     "fathom bench offline --model DIR [--workload alpaca|sharegpt|arxiv] [--requests N] [--dataset FILE]\n"
     "                     [--schedulers cb,cdb-norefill,cdb-refill] [--k K] [--width W]\n"
     "                     [--layout L] [--mean-depth D] [--min-depth D] [--exit-trace FILE] [--repeat R]\n"
+    "                     [--weights checkpoint|int8|w8a8|int4]\n"
     "                     [--lookahead] [--no-control] [--json]";
 constexpr const char* kDescription =
     "Queues N synthetic requests of the workload (seeded prompt and output lengths; output\n"
@@ -51,6 +52,7 @@ constexpr uint32_t kOfflineEngineFlags = (kEngineFlagsAll | kFlagKvMib) & ~kFlag
 struct OfflineArgs {
   BenchWorkloadFlags work;
   EngineFlags engine{kOfflineEngineFlags};
+  LoadFlags load;
   std::string schedulers = "cb,cdb-norefill,cdb-refill";
   int64_t threads = 1, repeat = 1;
   bool json = false, no_control = false, quiet = false;
@@ -59,6 +61,7 @@ struct OfflineArgs {
     work.Declare(f);
     f.String("--schedulers", &schedulers, "comma-separated: cb, cdb-norefill, cdb-refill (default all)");
     engine.Declare(f);
+    load.Declare(f);
     DeclareThreads(f, &threads);
     f.Int("--repeat", &repeat, "rounds of runs; medians of the per-round ratios (default 1)", 1, 1000);
     f.Bool("--no-control", &no_control, "skip the no-exit control runs");
@@ -102,8 +105,10 @@ std::optional<Failure> Prepare(OfflineArgs& a, const FlagSet& flags, Prepared* p
   p->opt.repeat = a.repeat;
   p->opt.control = !a.no_control;
   p->opt.progress = !a.quiet;
+  auto load = a.load.Options();
+  if (!load.ok()) return Failure{load.status().message(), 2};
   ApplyThreads(a.threads);
-  auto model = Model::Load(a.work.model_dir);
+  auto model = Model::Load(a.work.model_dir, *load);
   if (!model.ok()) return Failure{model.status().message(), 1};
   p->model = std::move(*model);
   const ModelSpec& spec = p->model->spec();
@@ -117,7 +122,7 @@ std::optional<Failure> Prepare(OfflineArgs& a, const FlagSet& flags, Prepared* p
   p->requests = std::move(*built);
   p->info = {a.work.model_dir, spec.model_type, a.work.workload, p->requests.exits, a.work.n,
              p->requests.prompt_tokens, p->requests.output_tokens, *r_max, a.work.mean_depth,
-             bench::CountFlops(spec)};
+             bench::CountFlops(spec), a.load.weights};
   return std::nullopt;
 }
 
@@ -131,8 +136,9 @@ void PrintTable(const OfflineArgs& a, const Prepared& p, const std::vector<json>
   std::printf("model %s (%s), workload %s: %lld requests, %lld prompt + %lld output tokens\n",
               a.work.model_dir.c_str(), p.info.model_type.c_str(), p.requests.source.c_str(), ll(a.work.n),
               ll(p.info.prompt_tokens), ll(p.info.output_tokens));
-  std::printf("W %lld, K %lld, layout %s, r_max %d; exits: ", ll(p.opt.engine.width), ll(p.opt.engine.min_coda),
-              std::string(KvLayoutName(p.opt.engine.layout)).c_str(), p.info.r_max);
+  std::printf("W %lld, K %lld, layout %s, weights %s, r_max %d; exits: ", ll(p.opt.engine.width),
+              ll(p.opt.engine.min_coda), std::string(KvLayoutName(p.opt.engine.layout)).c_str(),
+              p.info.weights.c_str(), p.info.r_max);
   if (a.work.exit_trace.empty())
     std::printf("%s, mean %.2f, min %lld\n", p.info.exits.c_str(), a.work.mean_depth, ll(a.work.min_depth));
   else
