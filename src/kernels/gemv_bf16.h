@@ -2,8 +2,12 @@
 //
 // Why: at M = 1 a Linear is a pure weight stream. oneDNN 2.6's AMX brgemm reaches about 80%
 // of the machine's read bandwidth there; this AVX512-BF16 loop with software prefetch reaches
-// ~100%. At M = 2 it ties oneDNN on cold weights (and is ~25% faster on weights in L3); from
-// M = 3 oneDNN is faster, so kGemvMaxRows = 2 (measured on a 2-core Sapphire Rapids VM).
+// ~100%. At M = 2 it ties oneDNN on cold weights (and is ~25% faster on weights in L3). With
+// up to 6 rows per pass over a block (gemv_bf16.cc), TinyLlama-shape decode, 2 threads, two
+// interleaved rounds (2026-12-02, 2-core Sapphire Rapids VM), decode tok/s oneDNN -> GEMV:
+// M = 3 29.3/28.7 -> 34.1/32.5, M = 4 38.2/38.7 -> 43.0/40.9, M = 6 57.6/58.1 -> 62.7/58.8,
+// M = 8 75.3/69.3 -> 63.5/59.9, M = 16 141 -> 77 (oneDNN's AMX kernels win once compute
+// matters), so kGemvMaxRows = 4.
 // It reads the very buffer oneDNN packed (no second copy of W) and is only used when the
 // CPU has AVX512_BF16 (runtime check) and the layout is the one below.
 //
@@ -16,7 +20,7 @@
 
 namespace fathom::internal {
 
-inline constexpr int64_t kGemvMaxRows = 2;  // largest M the GEMV handles
+inline constexpr int64_t kGemvMaxRows = 4;  // largest M the GEMV handles
 
 // True when this CPU (and OS) support AVX512F/BW and AVX512_BF16.
 bool CpuHasAvx512Bf16();

@@ -8,7 +8,7 @@
 //   f16 W:  converted to f32 at Create (exact), then f32 matmul.
 //   f32 W:  f32 matmul with fpmath mode `strict` (no silent down-conversion).
 // Primitives depend on M, so they are created on first use per M (up to kMaxChunkRows; larger
-// M is split into chunks) against the one packed layout chosen at Create. At M <= 2 with
+// M is split into chunks) against the one packed layout chosen at Create. At M <= 4 with
 // bf16 weights the AVX512-BF16 GEMV in gemv_bf16.cc streams the same packed buffer faster.
 // WeightFormat::kInt8, kW8A8 and kInt4 bypass oneDNN altogether: Int8Weights (matmul_int8.h),
 // W8A8Weights (matmul_w8a8.h) or Int4Weights (matmul_int4.h) for every M.

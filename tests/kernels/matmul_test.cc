@@ -117,8 +117,8 @@ INSTANTIATE_TEST_SUITE_P(AllDTypes, LinearTest,
                            return std::string(DTypeName(param_info.param));
                          });
 
-// The GEMV (M <= 2, bf16) and oneDNN paths agree, and cached primitives give the same
-// results when M changes back and forth.
+// The GEMV (M <= kGemvMaxRows, bf16; every pass shape) and oneDNN paths agree, and cached
+// primitives give the same results when M changes back and forth.
 TEST(LinearTest, SmallMPathsAgreeAndCacheIsStable) {
   const int64_t k = 129, n = 200;
   auto w = MakeTensor(DType::kBF16, {n, k}, RandomFloats(static_cast<size_t>(n * k), 5));
@@ -126,7 +126,7 @@ TEST(LinearTest, SmallMPathsAgreeAndCacheIsStable) {
   auto lin = Linear::Create({w.view}, {&b.view});
   ASSERT_TRUE(lin.ok()) << lin.status().message();
   const std::vector<float> x = RandomFloats(static_cast<size_t>(20 * k), 7);
-  for (int64_t m : {1, 2, 3, 4, 17, 3, 1, 17}) {
+  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 12, 16, 17, 3, 1, 17}) {
     std::vector<float> fast(static_cast<size_t>(m * n)), onednn(fast.size());
     lin->Forward(x.data(), m, fast.data());
     internal::SetGemvEnabledForTesting(false);
