@@ -27,6 +27,7 @@
 
 #include "core/check.h"
 #include "kernels/gemv_bf16.h"
+#include "kernels/matmul_half.h"
 #include "kernels/matmul_int4.h"
 #include "kernels/matmul_int8.h"
 #include "kernels/matmul_row_invariant.h"
@@ -153,7 +154,10 @@ struct Linear::Impl {
   W8A8Weights w8a8;
   // kInt4: int4 weights in groups of 32 times int8 activations (VNNI).
   Int4Weights int4;
-  bool own_kernel() const { return format != WeightFormat::kCheckpoint; }
+  HalfWeights half;       // bf16 / f16 checkpoints where internal::PreferHalfWeights()
+  bool use_half = false;
+  // Weights in one of fathom's own (row-independent) kernels rather than oneDNN's.
+  bool own_kernel() const { return format != WeightFormat::kCheckpoint || use_half; }
   // MakeBatchInvariant: W [N, K] f32 for MatmulF32RowInvariant; oneDNN's copy is freed.
   std::vector<float> invariant_w;
   // The f32 bias [N] of fathom's own kernels (int8, batch-invariant); empty: none.
@@ -383,6 +387,18 @@ Result<Linear> Linear::Create(const std::vector<TensorView>& weights,
     out.impl_ = std::move(impl);
     return out;
   }
+  if ((impl->dtype == DType::kBF16 || impl->dtype == DType::kF16) && internal::PreferHalfWeights()) {
+    const std::vector<uint8_t> plain = ConcatPlain(weights, /*to_f32=*/false);
+    auto h = HalfWeights::Pack(reinterpret_cast<const uint16_t*>(plain.data()), impl->dtype,
+                               impl->n, impl->k);
+    if (!h.ok()) return h.status().WithContext("Linear");
+    impl->half = std::move(*h);
+    impl->use_half = true;
+    impl->own_bias = ConcatBias(weights, biases);
+    Linear out;
+    out.impl_ = std::move(impl);
+    return out;
+  }
   impl->compute = impl->dtype == DType::kBF16 ? mdt::bf16 : mdt::f32;
   try {
     impl->SetBias(weights, biases);
@@ -425,6 +441,7 @@ size_t Linear::weight_bytes() const {
   if (impl_->format == WeightFormat::kInt8) return impl_->int8.bytes();
   if (impl_->format == WeightFormat::kW8A8) return impl_->w8a8.bytes();
   if (impl_->format == WeightFormat::kInt4) return impl_->int4.bytes();
+  if (impl_->use_half) return impl_->half.bytes();
   if (!impl_->invariant_w.empty()) return impl_->invariant_w.size() * sizeof(float);
   return impl_->packed_md.get_size();
 }
@@ -476,6 +493,10 @@ void Linear::ForwardRounded(const float* x, int64_t m, float* y) const {
   }
   if (impl_->format == WeightFormat::kInt4) {
     impl_->int4.Matmul(x, m, impl_->own_bias_or_null(), y);
+    return;
+  }
+  if (impl_->use_half) {
+    impl_->half.Matmul(x, m, impl_->own_bias_or_null(), y);
     return;
   }
   if (impl_->use_gemv && m <= internal::kGemvMaxRows && internal::GemvEnabled()) {

@@ -4,7 +4,9 @@
 // nn.Linear weights). Several weights may be concatenated along N at construction (fused
 // q|k|v or gate|up projections), so one call streams them all. The fast path keeps the
 // weights prepacked in oneDNN's own blocked layout in memory we allocate (which also keeps
-// hot weights out of the page cache's reach); activations are f32 in and out.
+// hot weights out of the page cache's reach); activations are f32 in and out. On CPUs
+// without AVX-512, where oneDNN 2.6 would run bf16 and f16 weights as f32, they stay 16-bit
+// in fathom's own blocked kernel instead (matmul_half.h: widened in registers, half the bytes).
 //
 // WeightFormat::kInt8 instead quantizes W at Create to int8 with one scale per output channel
 // (matmul_int8.h) and keeps only that: a quarter of f32's bytes, half of bf16's; every
@@ -28,7 +30,8 @@ namespace fathom {
 
 // How a Linear stores its weights.
 enum class WeightFormat : uint8_t {
-  kCheckpoint,  // the checkpoint's dtype (f16 as f32), prepacked for oneDNN: exact weights
+  kCheckpoint,  // the checkpoint's dtype, exact: prepacked for oneDNN (f16 as f32), or
+                // bf16 / f16 in HalfWeights on CPUs without AVX-512
   kInt8,        // int8, per-output-channel scales, quantized at Create (matmul_int8.h)
   kW8A8,        // kInt8's weights times int8 activations (matmul_w8a8.h; VNNI)
   kInt4,        // int4 in groups of 32, f16 scales, times int8 activations (matmul_int4.h)
@@ -58,8 +61,8 @@ class Linear {
   WeightFormat weight_format() const;
   // What the matmul runs in: kBF16 for bf16 weights (x is rounded to bf16 per call) where
   // the CPU supports it, else kF32 (f16 weights always, bf16 on CPUs without AVX-512, and
-  // int8 weights: x stays f32, the weights are dequantized to f32 in registers; w8a8: also
-  // kF32, the int8 activations live inside the kernel).
+  // int8 weights: x stays f32, the weights are widened or dequantized to f32 in registers;
+  // w8a8: also kF32, the int8 activations live inside the kernel).
   DType compute_dtype() const;
   // Bytes of W streamed by one Forward (kInt8, kW8A8, kInt4: the quantized weights and their
   // scales).
@@ -77,8 +80,9 @@ class Linear {
   // From now on run every Forward through the batch-invariant f32 kernel
   // (matmul_row_invariant.h): a row's result no longer depends on the other rows of the call,
   // which oneDNN's M-dependent kernels do not promise. The weights are unpacked to plain f32
-  // [N, K] (bf16 and f16 exactly) and oneDNN's copy is freed. Int8 weights are row-invariant
-  // already and stay as they are. Slower than oneDNN at large M.
+  // [N, K] (bf16 and f16 exactly) and oneDNN's copy is freed. Weights in fathom's own kernels
+  // (int8, w8a8, int4, HalfWeights) are row-invariant already and stay as they are. Slower
+  // than oneDNN at large M.
   Status MakeBatchInvariant();
   bool batch_invariant() const;
 

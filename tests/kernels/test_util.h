@@ -11,6 +11,7 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "kernels/matmul_half.h"
 
 namespace fathom::testing {
 
@@ -55,5 +56,14 @@ inline OwnedTensor MakeTensor(DType dtype, Shape shape, const std::vector<float>
   t.view = TensorView{dtype, std::move(shape), t.bytes.data()};
   return t;
 }
+
+// Forces Linear's choice of HalfWeights for bf16 / f16 checkpoints (1 on, 0 off) for the
+// scope, on any CPU; back to the CPU's own choice at the end however the test ends.
+struct ScopedHalfWeights {
+  explicit ScopedHalfWeights(int prefer) { internal::SetPreferHalfWeightsForTesting(prefer); }
+  ~ScopedHalfWeights() { internal::SetPreferHalfWeightsForTesting(-1); }
+  ScopedHalfWeights(const ScopedHalfWeights&) = delete;
+  ScopedHalfWeights& operator=(const ScopedHalfWeights&) = delete;
+};
 
 }  // namespace fathom::testing
