@@ -5,6 +5,14 @@
 // bf16 (template T = float / uint16_t): bf16 is widened 8 values at a time (zero-extend
 // to 32 bits, shift left 16: exact), so both read paths do the same f32 arithmetic.
 //
+// The scalar tails (head_dim % 8) use std::fma, not a * b + c, so that no instantiation's
+// contraction choice can change a result's bits.
+//
+// bf16 K/V shared by several query heads (GQA): widening is most of the work of a bf16
+// dot product, so the unit widens its keys once, kKeyTile at a time into f32 (in L1), and
+// every head of the group reads the tile; then the same for V. Each head's scores and sums
+// are the same instructions on the same values as the per-head path, so the bits are too.
+//
 // Prefill: runs of consecutive rows with the same keys up to their ends (one sequence's
 // prompt positions, causal) go to the tiled kernel (paged_attention_tiled.cc, AVX-512F),
 // which reads each key once per tile of rows instead of once per row.
@@ -26,10 +34,18 @@
 namespace fathom {
 namespace {
 
+// Keys widened at a time for all the heads of a group: [kKeyTile, head_dim] f32, 16 KB at
+// head_dim 128. A multiple of Scores' 4 keys per pass, so only the last tile has a tail.
+constexpr int64_t kKeyTile = 32;
+
 struct UnitScratch {
   std::vector<const void*> k, v;  // key rows of the unit's KV head (elements T)
-  std::vector<float> p;           // [n_keys] scores, then probabilities, of one head
+  std::vector<float> p;           // [heads][n_keys] scores, then probabilities
+  std::vector<float> tile;        // [kKeyTile][head_dim] widened K or V rows
+  std::vector<const void*> rows;  // [kKeyTile] the tile's rows
 };
+
+std::atomic<bool> g_shared_key_tiles{true};
 
 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 Load8(const uint16_t* p) {
@@ -72,7 +88,9 @@ int64_t GatherKeys(const PagedKvView& kv, const PagedAttentionRow& row, const Ke
 }
 
 // scores[t] = scale * q . k_t over the gathered keys, four keys per pass so q is loaded once.
-template <typename T>
+// kDotTail: keys past the last pass of four by internal::Dot (the f32 path as it always was)
+// rather than by the bf16 path's sequence (which widened bf16 keys must keep, for its bits).
+template <typename T, bool kDotTail = std::is_same_v<T, float>>
 void Scores(const float* q, const void* const* kp, int64_t n, int64_t hd, float scale, float* p) {
   int64_t t = 0;
   for (; t + 4 <= n; t += 4) {
@@ -88,7 +106,7 @@ void Scores(const float* q, const void* const* kp, int64_t n, int64_t hd, float 
     }
     float tail[4] = {0, 0, 0, 0};
     for (; d < hd; ++d)
-      for (int j = 0; j < 4; ++j) tail[j] += q[d] * Load1(k[j] + d);
+      for (int j = 0; j < 4; ++j) tail[j] = std::fma(q[d], Load1(k[j] + d), tail[j]);
     p[t] = (internal::HSum(s0) + tail[0]) * scale;
     p[t + 1] = (internal::HSum(s1) + tail[1]) * scale;
     p[t + 2] = (internal::HSum(s2) + tail[2]) * scale;
@@ -96,7 +114,7 @@ void Scores(const float* q, const void* const* kp, int64_t n, int64_t hd, float 
   }
   for (; t < n; ++t) {
     const T* k = Elems<T>(kp[t]);
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (kDotTail) {
       p[t] = internal::Dot(q, k, hd) * scale;  // f32 as before the bf16 path existed
       continue;
     }
@@ -104,16 +122,18 @@ void Scores(const float* q, const void* const* kp, int64_t n, int64_t hd, float 
     int64_t d = 0;
     for (; d + 8 <= hd; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), Load8(k + d), acc);
     float tail = 0;
-    for (; d < hd; ++d) tail += q[d] * Load1(k + d);
+    for (; d < hd; ++d) tail = std::fma(q[d], Load1(k + d), tail);
     p[t] = (internal::HSum(acc) + tail) * scale;
   }
 }
 
-// out[c .. c+8*NV) = sum_t w[t] * v_t[c .. c+8*NV), accumulated in NV registers.
+// out[c .. c+8*NV) = sum_t w[t] * v_t[c .. c+8*NV), accumulated in NV registers; added to
+// out's values (the sums of earlier keys) when `resume`, in the same order as one pass.
 template <typename T, int NV>
-void WeightedSumChunk(const float* w, const void* const* v, int64_t n, int64_t c, float* out) {
+void WeightedSumChunk(const float* w, const void* const* v, int64_t n, int64_t c, float* out,
+                      bool resume) {
   __m256 acc[NV];
-  for (int j = 0; j < NV; ++j) acc[j] = _mm256_setzero_ps();
+  for (int j = 0; j < NV; ++j) acc[j] = resume ? _mm256_loadu_ps(out + c + 8 * j) : _mm256_setzero_ps();
   for (int64_t t = 0; t < n; ++t) {
     const __m256 wt = _mm256_set1_ps(w[t]);
     const T* vt = Elems<T>(v[t]) + c;
@@ -123,13 +143,14 @@ void WeightedSumChunk(const float* w, const void* const* v, int64_t n, int64_t c
 }
 
 template <typename T>
-void WeightedSum(const float* w, const void* const* v, int64_t n, int64_t hd, float* out) {
+void WeightedSum(const float* w, const void* const* v, int64_t n, int64_t hd, float* out,
+                 bool resume = false) {
   int64_t c = 0;
-  for (; c + 32 <= hd; c += 32) WeightedSumChunk<T, 4>(w, v, n, c, out);
-  for (; c + 8 <= hd; c += 8) WeightedSumChunk<T, 1>(w, v, n, c, out);
+  for (; c + 32 <= hd; c += 32) WeightedSumChunk<T, 4>(w, v, n, c, out, resume);
+  for (; c + 8 <= hd; c += 8) WeightedSumChunk<T, 1>(w, v, n, c, out, resume);
   for (; c < hd; ++c) {
-    float acc = 0;
-    for (int64_t t = 0; t < n; ++t) acc += w[t] * Load1(Elems<T>(v[t]) + c);
+    float acc = resume ? out[c] : 0.f;
+    for (int64_t t = 0; t < n; ++t) acc = std::fma(w[t], Load1(Elems<T>(v[t]) + c), acc);
     out[c] = acc;
   }
 }
@@ -149,6 +170,47 @@ void AttendGathered(const float* q, int64_t hp, int64_t hd, float scale, int64_t
     const float inv = 1.f / internal::ExpShiftedInPlace(p, n);
     for (int64_t t = 0; t < n; ++t) p[t] *= inv;
     WeightedSum<T>(p, s.v.data(), n, hd, out + g * hd);
+  }
+}
+
+// Rows [t0, t0 + nt) of the gathered bf16 list widened into s.tile; s.rows points at them.
+void WidenTile(const void* const* src, int64_t t0, int64_t nt, int64_t hd, UnitScratch& s) {
+  for (int64_t j = 0; j < nt; ++j) {
+    const uint16_t* r = Elems<uint16_t>(src[t0 + j]);
+    float* dst = s.tile.data() + j * hd;
+    int64_t d = 0;
+    for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(dst + d, Load8(r + d));
+    for (; d < hd; ++d) dst[d] = Load1(r + d);
+    s.rows[static_cast<size_t>(j)] = dst;
+  }
+}
+
+// AttendGathered for bf16 K/V and hp > 1 heads: each tile of keys (then of values) widened
+// once for all hp heads. Same results, bit for bit, as AttendGathered<uint16_t>.
+void AttendGatheredSharedTiles(const float* q, int64_t hp, int64_t hd, float scale, int64_t n,
+                               UnitScratch& s, float* out) {
+  if (n == 0) {
+    std::fill(out, out + hp * hd, 0.f);
+    return;
+  }
+  if (static_cast<int64_t>(s.p.size()) < hp * n) s.p.resize(static_cast<size_t>(hp * n));
+  if (static_cast<int64_t>(s.tile.size()) < kKeyTile * hd) s.tile.resize(static_cast<size_t>(kKeyTile * hd));
+  if (s.rows.size() < static_cast<size_t>(kKeyTile)) s.rows.resize(static_cast<size_t>(kKeyTile));
+  float* p = s.p.data();  // head g's probabilities at p + g * n
+  for (int64_t t0 = 0; t0 < n; t0 += kKeyTile) {
+    const int64_t nt = std::min(kKeyTile, n - t0);
+    WidenTile(s.k.data(), t0, nt, hd, s);
+    for (int64_t g = 0; g < hp; ++g) Scores<float, false>(q + g * hd, s.rows.data(), nt, hd, scale, p + g * n + t0);
+  }
+  for (int64_t g = 0; g < hp; ++g) {
+    float* pg = p + g * n;
+    const float inv = 1.f / internal::ExpShiftedInPlace(pg, n);
+    for (int64_t t = 0; t < n; ++t) pg[t] *= inv;
+  }
+  for (int64_t t0 = 0; t0 < n; t0 += kKeyTile) {
+    const int64_t nt = std::min(kKeyTile, n - t0);
+    WidenTile(s.v.data(), t0, nt, hd, s);
+    for (int64_t g = 0; g < hp; ++g) WeightedSum<float>(p + g * n + t0, s.rows.data(), nt, hd, out + g * hd, t0 > 0);
   }
 }
 
@@ -214,6 +276,12 @@ void AttendRowAs(const AttentionShape& s, const PagedKvView& kv, const PagedAtte
     return;
   }
   const int64_t n = GatherKeys<T>(kv, row, segments, kvh * hd, sc);
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    if (group > 1 && g_shared_key_tiles.load(std::memory_order_relaxed)) {
+      AttendGatheredSharedTiles(row.q + kvh * group * hd, group, hd, s.scale, n, sc, row.out + kvh * group * hd);
+      return;
+    }
+  }
   AttendGathered<T>(row.q + kvh * group * hd, group, hd, s.scale, n, sc, row.out + kvh * group * hd);
 }
 
@@ -252,6 +320,8 @@ void PagedAttentionRowwise(const AttentionShape& s, const PagedKvView& kv,
 }
 
 void SetPagedAttentionTilesForTesting(bool enabled) { g_tiles_enabled.store(enabled); }
+
+void SetSharedKeyTilesForTesting(bool enabled) { g_shared_key_tiles.store(enabled); }
 
 }  // namespace internal
 

@@ -3,12 +3,14 @@
 // prefill-shaped calls, which take the tiled path where the CPU has it. Each with f32 and with
 // bf16 K/V: the kernel against the reference on the same (bf16-rounded) storage at the f32
 // tolerance, and the bf16 result against the f32 inputs' reference within the bound that
-// bf16 rounding of K and V implies (BoundForBf16Storage).
+// bf16 rounding of K and V implies (BoundForBf16Storage); with GQA and bf16 K/V, the path
+// that widens each key once for all heads against the per-head path, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -104,6 +106,17 @@ void RunCase(const Case& c, uint32_t seed, DType kv_dtype) {
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim,
                              1.f / std::sqrt(static_cast<float>(c.head_dim))};
   PagedAttention(shape, view, rows.data(), n_rows, segs.data());
+  if (kv_dtype == DType::kBF16 && c.n_heads > c.n_kv_heads) {
+    // The shared-key-tile path (on by default) gives the per-head path's bits.
+    std::vector<float> per_head(q.size());
+    for (PagedAttentionRow& r : rows) r.out = per_head.data() + (r.out - out.data());
+    internal::SetSharedKeyTilesForTesting(false);
+    PagedAttention(shape, view, rows.data(), n_rows, segs.data());
+    internal::SetSharedKeyTilesForTesting(true);
+    EXPECT_EQ(std::memcmp(per_head.data(), out.data(), out.size() * sizeof(float)), 0)
+        << "heads " << c.n_heads << "/" << c.n_kv_heads << " dim " << c.head_dim;
+    for (PagedAttentionRow& r : rows) r.out = out.data() + (r.out - per_head.data());
+  }
   for (PagedAttentionRow& r : rows) r.out = ref.data() + (r.out - out.data());
   PagedAttentionReference(shape, view, rows.data(), n_rows, segs.data());
   double max_diff = 0, max_ref = 0;

@@ -1,0 +1,86 @@
+// Micro-benchmark of decode attention over a bf16 KV cache with GQA: B rows (one per
+// sequence, each with its own shuffled block table) attend to L keys each, TinyLlama's shape
+// (32 query heads, 4 KV heads, head_dim 64) by default. Two paths in one process, alternated
+// for R rounds: the per-head path (every query head widens its KV head's keys again) and the
+// shared-key-tile path (each tile of keys widened once for the group's heads); ms per call
+// and K/V GB/s (bytes the call must read once). Not built by CMake; by hand after
+// `cmake --build build --target kernels_tests`:
+//   g++ -O3 -std=c++20 -mavx2 -mfma -mf16c -fopenmp -Isrc benchmarks/kernels/decode_attention_bench.cc
+//       build/libfathom_kernels.a build/libfathom_core.a -o /tmp/dabench
+//   OMP_NUM_THREADS=2 /tmp/dabench [L ...]      (env: HEADS, KV_HEADS, HEAD_DIM, BATCH, ROUNDS)
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/paged_attention.h"
+
+using namespace fathom;
+
+namespace {
+int64_t Env(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoll(v) : fallback;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> lengths;
+  for (int i = 1; i < argc; ++i) lengths.push_back(std::atoll(argv[i]));
+  if (lengths.empty()) lengths = {512, 2048, 8192};
+  const int64_t heads = Env("HEADS", 32), kv_heads = Env("KV_HEADS", 4), hd = Env("HEAD_DIM", 64);
+  const int64_t batch = Env("BATCH", 8), rounds = Env("ROUNDS", 5);
+  const int32_t block = 16;
+  const AttentionShape shape{heads, kv_heads, hd, 1.f / std::sqrt(static_cast<float>(hd))};
+  std::printf("heads %lld/%lld x %lld, batch %lld, bf16 K/V, %lld rounds (median)\n",
+              static_cast<long long>(heads), static_cast<long long>(kv_heads),
+              static_cast<long long>(hd), static_cast<long long>(batch), static_cast<long long>(rounds));
+  for (const int64_t n : lengths) {
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    const int64_t row = kv_heads * hd, per_seq = (n + block - 1) / block, stride = block * row;
+    const int64_t n_blocks = per_seq * batch;
+    std::vector<uint16_t> k(static_cast<size_t>(n_blocks * stride)), v(k.size());
+    for (auto& x : k) x = F32ToBF16(u(rng));
+    for (auto& x : v) x = F32ToBF16(u(rng));
+    std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    const PagedKvView view{k.data(), v.data(), stride, row, block, DType::kBF16};
+    std::vector<float> q(static_cast<size_t>(batch * heads * hd)), out(q.size()), out2(q.size());
+    for (float& x : q) x = u(rng);
+    std::vector<KeySegment> segs(static_cast<size_t>(batch));
+    std::vector<PagedAttentionRow> rows(static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b) {
+      segs[static_cast<size_t>(b)] = {perm.data() + b * per_seq, 0, n, nullptr, 0};
+      rows[static_cast<size_t>(b)] = {q.data() + b * heads * hd, out.data() + b * heads * hd,
+                                      static_cast<int32_t>(b), static_cast<int32_t>(b + 1)};
+    }
+    const auto time = [&](bool shared) {
+      internal::SetSharedKeyTilesForTesting(shared);
+      PagedAttention(shape, view, rows.data(), batch, segs.data());  // warm
+      const auto t0 = std::chrono::steady_clock::now();
+      PagedAttention(shape, view, rows.data(), batch, segs.data());
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    std::vector<double> per_head, shared;
+    for (int64_t r = 0; r < rounds; ++r) per_head.push_back(time(false)), shared.push_back(time(true));
+    std::memcpy(out2.data(), out.data(), out.size() * sizeof(float));
+    time(false);
+    const bool same = std::memcmp(out2.data(), out.data(), out.size() * sizeof(float)) == 0;
+    std::sort(per_head.begin(), per_head.end());
+    std::sort(shared.begin(), shared.end());
+    const double a = per_head[per_head.size() / 2], s = shared[shared.size() / 2];
+    const double bytes = 2.0 * static_cast<double>(batch * n * row) * 2;  // K and V, bf16
+    std::printf("L %6lld: per-head %8.3f ms (%5.1f GB/s)  shared tiles %8.3f ms (%5.1f GB/s)  "
+                "speedup %5.2fx  bits %s\n",
+                static_cast<long long>(n), a * 1e3, bytes / a / 1e9, s * 1e3, bytes / s / 1e9, a / s,
+                same ? "equal" : "DIFFER");
+  }
+  return 0;
+}
