@@ -8,7 +8,7 @@
 // The scalar tails (head_dim % 8) use std::fma, not a * b + c, so that no instantiation's
 // contraction choice can change a result's bits.
 //
-// bf16 K/V shared by several query heads (GQA): widening is most of the work of a bf16
+// bf16 K/V shared by kMinSharedGroup or more query heads (GQA): widening is most of the work of a bf16
 // dot product, so the unit widens its keys once, kKeyTile at a time into f32 (in L1), and
 // every head of the group reads the tile; then the same for V. Each head's scores and sums
 // are the same instructions on the same values as the per-head path, so the bits are too.
@@ -37,6 +37,10 @@ namespace {
 // Keys widened at a time for all the heads of a group: [kKeyTile, head_dim] f32, 16 KB at
 // head_dim 128. A multiple of Scores' 4 keys per pass, so only the last tile has a tail.
 constexpr int64_t kKeyTile = 32;
+// Query heads per KV head from which tiles pay: measured on an AVX2 host
+// (benchmarks/kernels/decode_attention_bench.cc), 1.2-1.7x at 4-8 heads and 2k-8k keys, but
+// 0.75-1.16x at 2 heads (one saved widening does not pay for the tile's store and reload).
+constexpr int64_t kMinSharedGroup = 4;
 
 struct UnitScratch {
   std::vector<const void*> k, v;  // key rows of the unit's KV head (elements T)
@@ -277,7 +281,7 @@ void AttendRowAs(const AttentionShape& s, const PagedKvView& kv, const PagedAtte
   }
   const int64_t n = GatherKeys<T>(kv, row, segments, kvh * hd, sc);
   if constexpr (std::is_same_v<T, uint16_t>) {
-    if (group > 1 && g_shared_key_tiles.load(std::memory_order_relaxed)) {
+    if (group >= kMinSharedGroup && g_shared_key_tiles.load(std::memory_order_relaxed)) {
       AttendGatheredSharedTiles(row.q + kvh * group * hd, group, hd, s.scale, n, sc, row.out + kvh * group * hd);
       return;
     }

@@ -73,7 +73,7 @@ void PagedAttentionTile(const AttentionShape& s, const PagedKvView& kv,
 // Turns the tiled path off (true: PagedAttention uses it where it applies).
 void SetPagedAttentionTilesForTesting(bool enabled);
 // Turns off the decode path that widens bf16 keys once per tile for all the query heads of
-// a KV head (true: used wherever n_heads > n_kv_heads and K/V are bf16; same bits either way).
+// a KV head (true: used where n_heads >= 4 n_kv_heads and K/V are bf16; same bits either way).
 void SetSharedKeyTilesForTesting(bool enabled);
 }  // namespace internal
 

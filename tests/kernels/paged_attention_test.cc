@@ -106,7 +106,7 @@ void RunCase(const Case& c, uint32_t seed, DType kv_dtype) {
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim,
                              1.f / std::sqrt(static_cast<float>(c.head_dim))};
   PagedAttention(shape, view, rows.data(), n_rows, segs.data());
-  if (kv_dtype == DType::kBF16 && c.n_heads > c.n_kv_heads) {
+  if (kv_dtype == DType::kBF16 && c.n_heads >= 4 * c.n_kv_heads) {
     // The shared-key-tile path (on by default) gives the per-head path's bits.
     std::vector<float> per_head(q.size());
     for (PagedAttentionRow& r : rows) r.out = per_head.data() + (r.out - out.data());
