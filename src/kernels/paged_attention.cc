@@ -8,9 +8,9 @@
 // The scalar tails (head_dim % 8) use std::fma, not a * b + c, so that no instantiation's
 // contraction choice can change a result's bits.
 //
-// bf16 K/V shared by kMinSharedGroup or more query heads (GQA): widening is most of the work of a bf16
-// dot product, so the unit widens its keys once, kKeyTile at a time into f32 (in L1), and
-// every head of the group reads the tile; then the same for V. Each head's scores and sums
+// bf16 K/V shared by kMinSharedGroup or more query heads (GQA): widening is most of the
+// work of a bf16 dot product, so the unit widens its keys once, kKeyTile at a time into f32
+// (in L1), and every head of the group reads the tile; then the same for V. Each head's scores and sums
 // are the same instructions on the same values as the per-head path, so the bits are too.
 //
 // Prefill: runs of consecutive rows with the same keys up to their ends (one sequence's
@@ -189,7 +189,7 @@ void WidenTile(const void* const* src, int64_t t0, int64_t nt, int64_t hd, UnitS
   }
 }
 
-// AttendGathered for bf16 K/V and hp > 1 heads: each tile of keys (then of values) widened
+// AttendGathered for bf16 K/V and hp >= kMinSharedGroup heads: each tile of keys (then of values) widened
 // once for all hp heads. Same results, bit for bit, as AttendGathered<uint16_t>.
 void AttendGatheredSharedTiles(const float* q, int64_t hp, int64_t hd, float scale, int64_t n,
                                UnitScratch& s, float* out) {
