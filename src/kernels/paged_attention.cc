@@ -1,17 +1,28 @@
 // Paged attention in f32 with AVX2/FMA. Work unit: one row and one KV head with the query
 // heads that share it. The unit first resolves its key list (segments, block tables, hole
-// masks) into per-thread arrays of K and V row pointers, then runs a two-pass softmax:
-// scores for all keys, exp and sum, then the weighted sum of V. K/V elements are f32 or
-// bf16 (template T = float / uint16_t): bf16 is widened 8 values at a time (zero-extend
-// to 32 bits, shift left 16: exact), so both read paths do the same f32 arithmetic.
+// masks) into per-thread arrays of K and V row pointers, one block-table lookup per block,
+// then runs a two-pass softmax: scores for all keys, exp and sum, then the weighted sum of V.
+// K/V elements are f32 or bf16 (template T = float / uint16_t): bf16 is widened 8 values at a
+// time (zero-extend to 32 bits, shift left 16: exact), so both read paths do the same f32
+// arithmetic.
+//
+// Register blocking: scores for two query heads and four keys at a time (8 accumulators,
+// each key's lanes summed by one transposed reduction for the four keys instead of one
+// horizontal sum per key), and the weighted sum of V for two heads and 32 dimensions at a
+// time (each V chunk loaded once for both heads). A head's results do not depend on which
+// head it is paired with, nor on the keys beside it in a pass: every score is
+// ((((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))) + tail) * scale over its own lanes l, and every output
+// element one FMA chain over the keys in order. So a row's bits depend on its q and its keys
+// only (not on the batch, the GQA pairing or a pruned neighbour head).
+//
+// Keys go kKeyTile at a time through every head pair of the unit (then values), so a pair
+// after the first finds them in L1. bf16 values are widened in registers by each pair:
+// widening once per tile into an f32 buffer for all pairs (a path this kernel had, from 4
+// heads per KV head) measured no faster once heads were paired (0.8-1.0x,
+// BENCHMARKS.md "Decode attention: head pairs").
 //
 // The scalar tails (head_dim % 8) use std::fma, not a * b + c, so that no instantiation's
 // contraction choice can change a result's bits.
-//
-// bf16 K/V shared by kMinSharedGroup or more query heads (GQA): widening is most of the
-// work of a bf16 dot product, so the unit widens its keys once, kKeyTile at a time into f32
-// (in L1), and every head of the group reads the tile; then the same for V. Each head's scores and sums
-// are the same instructions on the same values as the per-head path, so the bits are too.
 //
 // Prefill: runs of consecutive rows with the same keys up to their ends (one sequence's
 // prompt positions, causal) go to the tiled kernel (paged_attention_tiled.cc, AVX-512F),
@@ -34,22 +45,18 @@
 namespace fathom {
 namespace {
 
-// Keys widened at a time for all the heads of a group: [kKeyTile, head_dim] f32, 16 KB at
-// head_dim 128. A multiple of Scores' 4 keys per pass, so only the last tile has a tail.
+// Keys (then values) taken through all the unit's head pairs at a time: 32 rows of head_dim,
+// 4-16 KB of bf16 or f32, stay in L1 between pairs. A multiple of the score pass's 4 keys, so
+// only the last tile has a tail.
 constexpr int64_t kKeyTile = 32;
-// Query heads per KV head from which tiles pay: measured on an AVX2 host
-// (benchmarks/kernels/decode_attention_bench.cc), 1.2-1.7x at 4-8 heads and 2k-8k keys, but
-// 0.75-1.16x at 2 heads (one saved widening does not pay for the tile's store and reload).
-constexpr int64_t kMinSharedGroup = 4;
 
 struct UnitScratch {
   std::vector<const void*> k, v;  // key rows of the unit's KV head (elements T)
   std::vector<float> p;           // [heads][n_keys] scores, then probabilities
-  std::vector<float> tile;        // [kKeyTile][head_dim] widened K or V rows
-  std::vector<const void*> rows;  // [kKeyTile] the tile's rows
+  // The heads the unit computes: query and output rows [head_dim], scores [n_keys] in p.
+  std::vector<const float*> head_q;
+  std::vector<float*> head_out, head_p;
 };
-
-std::atomic<bool> g_shared_key_tiles{true};
 
 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 Load8(const uint16_t* p) {
@@ -70,151 +77,178 @@ UnitScratch& Scratch() {
 }
 
 // Resolves the row's keys into K/V row pointers at KV-head offset `off`; returns the count.
+// One block-table lookup (and one division) per block, not per key.
 template <typename T>
 int64_t GatherKeys(const PagedKvView& kv, const PagedAttentionRow& row, const KeySegment* segs,
                    int64_t off, UnitScratch& s) {
   int64_t n = 0;
   for (int32_t i = row.seg_begin; i < row.seg_end; ++i) n += segs[i].end - segs[i].begin;
   if (static_cast<int64_t>(s.k.size()) < n) s.k.resize(static_cast<size_t>(n)), s.v.resize(static_cast<size_t>(n));
+  const T* kb = Elems<T>(kv.k_base);
+  const T* vb = Elems<T>(kv.v_base);
   int64_t m = 0;
   for (int32_t i = row.seg_begin; i < row.seg_end; ++i) {
     const KeySegment& g = segs[i];
-    for (int64_t p = g.begin; p < g.end; ++p) {
-      if (g.key_steps && g.key_steps[p] <= g.min_step) continue;  // a hole: never written
-      const int64_t at = g.block_table[p / kv.block_size] * kv.block_stride +
-                         (p % kv.block_size) * kv.row_stride + off;
-      s.k[static_cast<size_t>(m)] = Elems<T>(kv.k_base) + at;
-      s.v[static_cast<size_t>(m)] = Elems<T>(kv.v_base) + at;
-      ++m;
+    for (int64_t p = g.begin; p < g.end;) {
+      const int64_t blk = p / kv.block_size;
+      const int64_t last = std::min(g.end, (blk + 1) * kv.block_size);
+      int64_t at = g.block_table[blk] * kv.block_stride + (p - blk * kv.block_size) * kv.row_stride + off;
+      for (; p < last; ++p, at += kv.row_stride) {
+        if (g.key_steps && g.key_steps[p] <= g.min_step) continue;  // a hole: never written
+        s.k[static_cast<size_t>(m)] = kb + at;
+        s.v[static_cast<size_t>(m)] = vb + at;
+        ++m;
+      }
     }
   }
   return m;
 }
 
-// scores[t] = scale * q . k_t over the gathered keys, four keys per pass so q is loaded once.
-// kDotTail: keys past the last pass of four by internal::Dot (the f32 path as it always was)
-// rather than by the bf16 path's sequence (which widened bf16 keys must keep, for its bits).
-template <typename T, bool kDotTail = std::is_same_v<T, float>>
-void Scores(const float* q, const void* const* kp, int64_t n, int64_t hd, float scale, float* p) {
-  int64_t t = 0;
-  for (; t + 4 <= n; t += 4) {
-    const T* k[4] = {Elems<T>(kp[t]), Elems<T>(kp[t + 1]), Elems<T>(kp[t + 2]), Elems<T>(kp[t + 3])};
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    int64_t d = 0;
-    for (; d + 8 <= hd; d += 8) {
-      const __m256 qv = _mm256_loadu_ps(q + d);
-      s0 = _mm256_fmadd_ps(qv, Load8(k[0] + d), s0);
-      s1 = _mm256_fmadd_ps(qv, Load8(k[1] + d), s1);
-      s2 = _mm256_fmadd_ps(qv, Load8(k[2] + d), s2);
-      s3 = _mm256_fmadd_ps(qv, Load8(k[3] + d), s3);
+// [sum of a's lanes, b's, c's, d's], each summed ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))
+// whatever the other vectors hold.
+inline __m128 Sum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 ab = _mm256_hadd_ps(a, b);      // a01 a23 b01 b23 | a45 a67 b45 b67
+  const __m256 cd = _mm256_hadd_ps(c, d);      // c01 c23 d01 d23 | c45 c67 d45 d67
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);  // a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+// p[h][j] = scale * q[h] . k[j] for NH heads (1 or 2) and 4 keys (the first `valid` stored;
+// pass the last key again for the others).
+template <typename T, int NH>
+inline void ScorePass(const float* const* q, const T* const* k, int64_t hd, float scale, float* const* p,
+                      int64_t valid) {
+  __m256 acc[NH][4];
+  for (int h = 0; h < NH; ++h)
+    for (int j = 0; j < 4; ++j) acc[h][j] = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 8 <= hd; d += 8) {
+    __m256 qv[NH];
+    for (int h = 0; h < NH; ++h) qv[h] = _mm256_loadu_ps(q[h] + d);
+    for (int j = 0; j < 4; ++j) {
+      const __m256 kv = Load8(k[j] + d);
+      for (int h = 0; h < NH; ++h) acc[h][j] = _mm256_fmadd_ps(qv[h], kv, acc[h][j]);
     }
-    float tail[4] = {0, 0, 0, 0};
-    for (; d < hd; ++d)
-      for (int j = 0; j < 4; ++j) tail[j] = std::fma(q[d], Load1(k[j] + d), tail[j]);
-    p[t] = (internal::HSum(s0) + tail[0]) * scale;
-    p[t + 1] = (internal::HSum(s1) + tail[1]) * scale;
-    p[t + 2] = (internal::HSum(s2) + tail[2]) * scale;
-    p[t + 3] = (internal::HSum(s3) + tail[3]) * scale;
   }
-  for (; t < n; ++t) {
-    const T* k = Elems<T>(kp[t]);
-    if constexpr (kDotTail) {
-      p[t] = internal::Dot(q, k, hd) * scale;  // f32 as before the bf16 path existed
-      continue;
+  alignas(16) float tail[NH][4] = {};
+  for (; d < hd; ++d)
+    for (int j = 0; j < 4; ++j) {
+      const float kd = Load1(k[j] + d);
+      for (int h = 0; h < NH; ++h) tail[h][j] = std::fma(q[h][d], kd, tail[h][j]);
     }
-    __m256 acc = _mm256_setzero_ps();
-    int64_t d = 0;
-    for (; d + 8 <= hd; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), Load8(k + d), acc);
-    float tail = 0;
-    for (; d < hd; ++d) tail = std::fma(q[d], Load1(k + d), tail);
-    p[t] = (internal::HSum(acc) + tail) * scale;
+  const __m128 vscale = _mm_set1_ps(scale);
+  for (int h = 0; h < NH; ++h) {
+    const __m128 s = _mm_mul_ps(_mm_add_ps(Sum4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]),
+                                           _mm_load_ps(tail[h])), vscale);
+    if (valid == 4) {
+      _mm_storeu_ps(p[h], s);
+    } else {
+      alignas(16) float buf[4];
+      _mm_store_ps(buf, s);
+      std::copy_n(buf, valid, p[h]);
+    }
   }
 }
 
-// out[c .. c+8*NV) = sum_t w[t] * v_t[c .. c+8*NV), accumulated in NV registers; added to
-// out's values (the sums of earlier keys) when `resume`, in the same order as one pass.
-template <typename T, int NV>
-void WeightedSumChunk(const float* w, const void* const* v, int64_t n, int64_t c, float* out,
-                      bool resume) {
-  __m256 acc[NV];
-  for (int j = 0; j < NV; ++j) acc[j] = resume ? _mm256_loadu_ps(out + c + 8 * j) : _mm256_setzero_ps();
+// Scores of keys kp[0 .. n) for NH heads into p[h][0 .. n).
+template <typename T, int NH>
+void ScoresFor(const float* const* q, const void* const* kp, int64_t n, int64_t hd, float scale,
+               float* const* p) {
+  for (int64_t t = 0; t < n; t += 4) {
+    const int64_t valid = std::min<int64_t>(4, n - t);
+    const T* k[4];
+    for (int64_t j = 0; j < 4; ++j) k[j] = Elems<T>(kp[t + std::min(j, valid - 1)]);
+    float* pt[NH];
+    for (int h = 0; h < NH; ++h) pt[h] = p[h] + t;
+    ScorePass<T, NH>(q, k, hd, scale, pt, valid);
+  }
+}
+
+// out[h][c .. c+8*NV) (+)= sum_t w[h][t] * v_t[c .. c+8*NV) for NH heads, accumulated in
+// NH * NV registers; added to out's values (the sums of earlier keys) when `resume`, in the
+// same order as one pass.
+template <typename T, int NH, int NV>
+void WeightedSumChunk(const float* const* w, const void* const* v, int64_t n, int64_t c,
+                      float* const* out, bool resume) {
+  __m256 acc[NH][NV];
+  for (int h = 0; h < NH; ++h)
+    for (int j = 0; j < NV; ++j)
+      acc[h][j] = resume ? _mm256_loadu_ps(out[h] + c + 8 * j) : _mm256_setzero_ps();
   for (int64_t t = 0; t < n; ++t) {
-    const __m256 wt = _mm256_set1_ps(w[t]);
+    __m256 wt[NH];
+    for (int h = 0; h < NH; ++h) wt[h] = _mm256_set1_ps(w[h][t]);
     const T* vt = Elems<T>(v[t]) + c;
-    for (int j = 0; j < NV; ++j) acc[j] = _mm256_fmadd_ps(wt, Load8(vt + 8 * j), acc[j]);
+    for (int j = 0; j < NV; ++j) {
+      const __m256 x = Load8(vt + 8 * j);
+      for (int h = 0; h < NH; ++h) acc[h][j] = _mm256_fmadd_ps(wt[h], x, acc[h][j]);
+    }
   }
-  for (int j = 0; j < NV; ++j) _mm256_storeu_ps(out + c + 8 * j, acc[j]);
+  for (int h = 0; h < NH; ++h)
+    for (int j = 0; j < NV; ++j) _mm256_storeu_ps(out[h] + c + 8 * j, acc[h][j]);
 }
 
-template <typename T>
-void WeightedSum(const float* w, const void* const* v, int64_t n, int64_t hd, float* out,
-                 bool resume = false) {
+template <typename T, int NH>
+void WeightedSum(const float* const* w, const void* const* v, int64_t n, int64_t hd,
+                 float* const* out, bool resume) {
   int64_t c = 0;
-  for (; c + 32 <= hd; c += 32) WeightedSumChunk<T, 4>(w, v, n, c, out, resume);
-  for (; c + 8 <= hd; c += 8) WeightedSumChunk<T, 1>(w, v, n, c, out, resume);
-  for (; c < hd; ++c) {
-    float acc = resume ? out[c] : 0.f;
-    for (int64_t t = 0; t < n; ++t) acc = std::fma(w[t], Load1(Elems<T>(v[t]) + c), acc);
-    out[c] = acc;
-  }
+  for (; c + 32 <= hd; c += 32) WeightedSumChunk<T, NH, 4>(w, v, n, c, out, resume);
+  for (; c + 8 <= hd; c += 8) WeightedSumChunk<T, NH, 1>(w, v, n, c, out, resume);
+  for (; c < hd; ++c)
+    for (int h = 0; h < NH; ++h) {
+      float acc = resume ? out[h][c] : 0.f;
+      for (int64_t t = 0; t < n; ++t) acc = std::fma(w[h][t], Load1(Elems<T>(v[t]) + c), acc);
+      out[h][c] = acc;
+    }
 }
 
-// softmax(scale * q k^T) v for `hp` query heads sharing the gathered keys.
+// Runs `f(head index, NH)` over the unit's heads in pairs, the last one alone if odd.
+template <typename F>
+void ForHeadPairs(int64_t n_heads, F&& f) {
+  int64_t h = 0;
+  for (; h + 2 <= n_heads; h += 2) f(h, std::integral_constant<int, 2>{});
+  if (h < n_heads) f(h, std::integral_constant<int, 1>{});
+}
+
+// softmax(scale * q k^T) v over the n gathered keys for the unit's heads (s.head_q,
+// s.head_out).
 template <typename T>
-void AttendGathered(const float* q, int64_t hp, int64_t hd, float scale, int64_t n,
-                    UnitScratch& s, float* out) {
+void AttendGathered(int64_t hd, float scale, int64_t n, UnitScratch& s) {
+  const auto nh = static_cast<int64_t>(s.head_q.size());
   if (n == 0) {
-    std::fill(out, out + hp * hd, 0.f);
+    for (float* o : s.head_out) std::fill_n(o, hd, 0.f);
     return;
   }
-  if (static_cast<int64_t>(s.p.size()) < n) s.p.resize(static_cast<size_t>(n));
-  float* p = s.p.data();
-  for (int64_t g = 0; g < hp; ++g) {
-    Scores<T>(q + g * hd, s.k.data(), n, hd, scale, p);
-    const float inv = 1.f / internal::ExpShiftedInPlace(p, n);
-    for (int64_t t = 0; t < n; ++t) p[t] *= inv;
-    WeightedSum<T>(p, s.v.data(), n, hd, out + g * hd);
+  if (static_cast<int64_t>(s.p.size()) < nh * n) s.p.resize(static_cast<size_t>(nh * n));
+  s.head_p.resize(static_cast<size_t>(nh));
+  for (int64_t h = 0; h < nh; ++h) s.head_p[static_cast<size_t>(h)] = s.p.data() + h * n;
+  const float* const* q = s.head_q.data();
+  float* const* out = s.head_out.data();
+  float* const* pr = s.head_p.data();
+  // One pair: nothing to keep in L1 for another pair, so all keys in one pass (the same bits:
+  // a tile's sums resume from the last tile's, exactly).
+  const int64_t tile = nh <= 2 ? n : kKeyTile;
+  for (int64_t t0 = 0; t0 < n; t0 += tile) {
+    const int64_t nt = std::min(tile, n - t0);
+    ForHeadPairs(nh, [&](int64_t h, auto pair) {
+      constexpr int NH = decltype(pair)::value;
+      float* p[NH];
+      for (int i = 0; i < NH; ++i) p[i] = pr[h + i] + t0;
+      ScoresFor<T, NH>(q + h, s.k.data() + t0, nt, hd, scale, p);
+    });
   }
-}
-
-// Rows [t0, t0 + nt) of the gathered bf16 list widened into s.tile; s.rows points at them.
-void WidenTile(const void* const* src, int64_t t0, int64_t nt, int64_t hd, UnitScratch& s) {
-  for (int64_t j = 0; j < nt; ++j) {
-    const uint16_t* r = Elems<uint16_t>(src[t0 + j]);
-    float* dst = s.tile.data() + j * hd;
-    int64_t d = 0;
-    for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(dst + d, Load8(r + d));
-    for (; d < hd; ++d) dst[d] = Load1(r + d);
-    s.rows[static_cast<size_t>(j)] = dst;
+  for (int64_t h = 0; h < nh; ++h) {
+    float* ph = pr[h];
+    const float inv = 1.f / internal::ExpShiftedInPlace(ph, n);
+    for (int64_t t = 0; t < n; ++t) ph[t] *= inv;
   }
-}
-
-// AttendGathered for bf16 K/V and hp >= kMinSharedGroup heads: each tile of keys (then of values) widened
-// once for all hp heads. Same results, bit for bit, as AttendGathered<uint16_t>.
-void AttendGatheredSharedTiles(const float* q, int64_t hp, int64_t hd, float scale, int64_t n,
-                               UnitScratch& s, float* out) {
-  if (n == 0) {
-    std::fill(out, out + hp * hd, 0.f);
-    return;
-  }
-  if (static_cast<int64_t>(s.p.size()) < hp * n) s.p.resize(static_cast<size_t>(hp * n));
-  if (static_cast<int64_t>(s.tile.size()) < kKeyTile * hd) s.tile.resize(static_cast<size_t>(kKeyTile * hd));
-  if (s.rows.size() < static_cast<size_t>(kKeyTile)) s.rows.resize(static_cast<size_t>(kKeyTile));
-  float* p = s.p.data();  // head g's probabilities at p + g * n
-  for (int64_t t0 = 0; t0 < n; t0 += kKeyTile) {
-    const int64_t nt = std::min(kKeyTile, n - t0);
-    WidenTile(s.k.data(), t0, nt, hd, s);
-    for (int64_t g = 0; g < hp; ++g) Scores<float, false>(q + g * hd, s.rows.data(), nt, hd, scale, p + g * n + t0);
-  }
-  for (int64_t g = 0; g < hp; ++g) {
-    float* pg = p + g * n;
-    const float inv = 1.f / internal::ExpShiftedInPlace(pg, n);
-    for (int64_t t = 0; t < n; ++t) pg[t] *= inv;
-  }
-  for (int64_t t0 = 0; t0 < n; t0 += kKeyTile) {
-    const int64_t nt = std::min(kKeyTile, n - t0);
-    WidenTile(s.v.data(), t0, nt, hd, s);
-    for (int64_t g = 0; g < hp; ++g) WeightedSum<float>(p + g * n + t0, s.rows.data(), nt, hd, out + g * hd, t0 > 0);
+  for (int64_t t0 = 0; t0 < n; t0 += tile) {
+    const int64_t nt = std::min(tile, n - t0);
+    ForHeadPairs(nh, [&](int64_t h, auto pair) {
+      constexpr int NH = decltype(pair)::value;
+      const float* w[NH];
+      for (int i = 0; i < NH; ++i) w[i] = pr[h + i] + t0;
+      WeightedSum<T, NH>(w, s.v.data() + t0, nt, hd, out + h, t0 > 0);
+    });
   }
 }
 
@@ -263,30 +297,21 @@ void AttendRowAs(const AttentionShape& s, const PagedKvView& kv, const PagedAtte
                  const KeySegment* segments, int64_t kvh, int64_t group) {
   const int64_t hd = s.head_dim;
   UnitScratch& sc = Scratch();
-  if (row.head_keep) {  // pruned heads: zeros, and no work; the keys only if some head is kept
-    const uint8_t* keep = row.head_keep + kvh * group;
-    if (std::none_of(keep, keep + group, [](uint8_t k) { return k != 0; })) {
-      std::fill_n(row.out + kvh * group * hd, group * hd, 0.f);
-      return;
+  // The group's heads; pruned ones (L2A head_keep) get zeros and no work.
+  sc.head_q.clear();
+  sc.head_out.clear();
+  for (int64_t g = 0; g < group; ++g) {
+    const int64_t h = kvh * group + g;
+    if (row.head_keep && !row.head_keep[h]) {
+      std::fill_n(row.out + h * hd, hd, 0.f);
+      continue;
     }
-    const int64_t n = GatherKeys<T>(kv, row, segments, kvh * hd, sc);
-    for (int64_t g = 0; g < group; ++g) {
-      const int64_t h = kvh * group + g;
-      if (keep[g])
-        AttendGathered<T>(row.q + h * hd, 1, hd, s.scale, n, sc, row.out + h * hd);
-      else
-        std::fill_n(row.out + h * hd, hd, 0.f);
-    }
-    return;
+    sc.head_q.push_back(row.q + h * hd);
+    sc.head_out.push_back(row.out + h * hd);
   }
+  if (sc.head_q.empty()) return;  // every head pruned: the keys are not even gathered
   const int64_t n = GatherKeys<T>(kv, row, segments, kvh * hd, sc);
-  if constexpr (std::is_same_v<T, uint16_t>) {
-    if (group >= kMinSharedGroup && g_shared_key_tiles.load(std::memory_order_relaxed)) {
-      AttendGatheredSharedTiles(row.q + kvh * group * hd, group, hd, s.scale, n, sc, row.out + kvh * group * hd);
-      return;
-    }
-  }
-  AttendGathered<T>(row.q + kvh * group * hd, group, hd, s.scale, n, sc, row.out + kvh * group * hd);
+  AttendGathered<T>(hd, s.scale, n, sc);
 }
 
 void AttendRow(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow& row,
@@ -324,8 +349,6 @@ void PagedAttentionRowwise(const AttentionShape& s, const PagedKvView& kv,
 }
 
 void SetPagedAttentionTilesForTesting(bool enabled) { g_tiles_enabled.store(enabled); }
-
-void SetSharedKeyTilesForTesting(bool enabled) { g_shared_key_tiles.store(enabled); }
 
 }  // namespace internal
 

@@ -72,9 +72,6 @@ void PagedAttentionTile(const AttentionShape& s, const PagedKvView& kv,
                         int64_t kvh);
 // Turns the tiled path off (true: PagedAttention uses it where it applies).
 void SetPagedAttentionTilesForTesting(bool enabled);
-// Turns off the decode path that widens bf16 keys once per tile for all the query heads of
-// a KV head (true: used where n_heads >= 4 n_kv_heads and K/V are bf16; same bits either way).
-void SetSharedKeyTilesForTesting(bool enabled);
 }  // namespace internal
 
 }  // namespace fathom

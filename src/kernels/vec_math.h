@@ -97,8 +97,13 @@ inline void Axpy(float alpha, const float* x, float* y, int64_t n) {
 // p[t] = exp(p[t] - max_t p[t]) over n values, in place; returns the sum (the softmax
 // normaliser). Shared by the attention kernels.
 inline float ExpShiftedInPlace(float* p, int64_t n) {
-  float mx = -INFINITY;
-  for (int64_t t = 0; t < n; ++t) mx = p[t] > mx ? p[t] : mx;
+  // The maximum, NaN ignored (as `p[t] > mx ? p[t] : mx` would): max_ps returns its second
+  // operand when one is NaN, and the running maximum is never NaN.
+  __m256 vm = _mm256_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(_mm256_loadu_ps(p + i), vm);
+  float mx = HMax(vm);
+  for (; i < n; ++i) mx = p[i] > mx ? p[i] : mx;
   const __m256 vmx = _mm256_set1_ps(mx);
   __m256 acc = _mm256_setzero_ps();
   int64_t t = 0;

@@ -3,8 +3,9 @@
 // prefill-shaped calls, which take the tiled path where the CPU has it. Each with f32 and with
 // bf16 K/V: the kernel against the reference on the same (bf16-rounded) storage at the f32
 // tolerance, and the bf16 result against the f32 inputs' reference within the bound that
-// bf16 rounding of K and V implies (BoundForBf16Storage); with GQA and bf16 K/V, the path
-// that widens each key once for all heads against the per-head path, bit for bit.
+// bf16 rounding of K and V implies (BoundForBf16Storage). A row's bits do not depend on the
+// rows beside it, nor a head's on its pruned neighbours (head_keep), which also decide how
+// the kernel pairs heads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -106,17 +107,6 @@ void RunCase(const Case& c, uint32_t seed, DType kv_dtype) {
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim,
                              1.f / std::sqrt(static_cast<float>(c.head_dim))};
   PagedAttention(shape, view, rows.data(), n_rows, segs.data());
-  if (kv_dtype == DType::kBF16 && c.n_heads >= 4 * c.n_kv_heads) {
-    // The shared-key-tile path (on by default) gives the per-head path's bits.
-    std::vector<float> per_head(q.size());
-    for (PagedAttentionRow& r : rows) r.out = per_head.data() + (r.out - out.data());
-    internal::SetSharedKeyTilesForTesting(false);
-    PagedAttention(shape, view, rows.data(), n_rows, segs.data());
-    internal::SetSharedKeyTilesForTesting(true);
-    EXPECT_EQ(std::memcmp(per_head.data(), out.data(), out.size() * sizeof(float)), 0)
-        << "heads " << c.n_heads << "/" << c.n_kv_heads << " dim " << c.head_dim;
-    for (PagedAttentionRow& r : rows) r.out = out.data() + (r.out - per_head.data());
-  }
   for (PagedAttentionRow& r : rows) r.out = ref.data() + (r.out - out.data());
   PagedAttentionReference(shape, view, rows.data(), n_rows, segs.data());
   double max_diff = 0, max_ref = 0;
@@ -135,6 +125,35 @@ void RunCase(const Case& c, uint32_t seed, DType kv_dtype) {
     const double err = MaxAbsDiff(out, exact);
     EXPECT_LE(err, BoundForBf16Storage(q, c.head_dim, shape.scale, k, v)) << c.n_heads << " " << c.head_dim;
     EXPECT_GT(err, 1e-5 * max_ref);
+  }
+  // Each row alone gives the bits it had in the batch.
+  std::vector<float> alone(q.size());
+  for (int64_t i = 0; i < n_rows; ++i) {
+    PagedAttentionRow r = rows[static_cast<size_t>(i)];
+    r.out = alone.data() + i * qd;
+    PagedAttention(shape, view, &r, 1, segs.data());
+  }
+  EXPECT_EQ(std::memcmp(alone.data(), out.data(), out.size() * sizeof(float)), 0)
+      << "heads " << c.n_heads << "/" << c.n_kv_heads << " dim " << c.head_dim << " " << DTypeName(kv_dtype);
+  // Pruned heads (head_keep 0) are zeros; the kept ones have the bits of the unpruned call,
+  // whichever neighbours (the head they pair with, a whole pruned KV group) are gone.
+  std::vector<uint8_t> keep(static_cast<size_t>(n_rows * c.n_heads));
+  for (size_t i = 0; i < keep.size(); ++i) keep[i] = static_cast<uint8_t>(rng() % 3 != 0);
+  for (int64_t h = 0; h < c.n_heads / c.n_kv_heads; ++h) keep[static_cast<size_t>(h)] = 0;  // row 0, KV head 0
+  std::vector<float> pruned(q.size(), 7.f);
+  for (int64_t i = 0; i < n_rows; ++i) {
+    rows[static_cast<size_t>(i)].out = pruned.data() + i * qd;
+    rows[static_cast<size_t>(i)].head_keep = keep.data() + i * c.n_heads;
+  }
+  PagedAttention(shape, view, rows.data(), n_rows, segs.data());
+  for (int64_t i = 0; i < n_rows * c.n_heads; ++i) {
+    const float* got = pruned.data() + i * c.head_dim;
+    if (keep[static_cast<size_t>(i)]) {
+      ASSERT_EQ(std::memcmp(got, out.data() + i * c.head_dim, static_cast<size_t>(c.head_dim) * sizeof(float)), 0)
+          << "head " << i << " of " << c.n_heads << "/" << c.n_kv_heads << " " << DTypeName(kv_dtype);
+    } else {
+      ASSERT_TRUE(std::all_of(got, got + c.head_dim, [](float x) { return x == 0.f; })) << "head " << i;
+    }
   }
 }
 
