@@ -69,11 +69,11 @@ namespace {
 
 Result<ModelSpec> DenseSpec(const JsonFields& c, DenseKind kind) {
   FATHOM_ASSIGN_OR_RETURN(ModelSpec s, LlamaStyleSpec(c));
-  FATHOM_ASSIGN_OR_RETURN(int64_t n_layers, c.Int("num_hidden_layers"));
+  FATHOM_ASSIGN_OR_RETURN(int32_t n_layers, family_util::LayerCount(c, "num_hidden_layers"));
   FATHOM_ASSIGN_OR_RETURN(bool attention_bias, c.BoolOr("attention_bias", false));
   const bool qkv_bias = kind == DenseKind::kQwen2 || attention_bias;
   const bool qk_norm = kind == DenseKind::kQwen3;
-  s.n_prelude = static_cast<int32_t>(n_layers);
+  s.n_prelude = n_layers;
   family_util::AddLayers(s, StageKind::kPrelude, s.n_prelude,
                          [&](int32_t i) { return DenseLayerNames(i, qkv_bias, qk_norm); });
   if (c.Has("l2a")) FATHOM_RETURN_IF_ERROR(ReadL2aConfig(c, s));  // gates (docs/L2A_FORMAT.md)

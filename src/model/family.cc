@@ -103,6 +103,14 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelSpec& s) {
 
 namespace family_util {
 
+Result<int32_t> LayerCount(const JsonFields& c, const std::string& field) {
+  FATHOM_ASSIGN_OR_RETURN(int64_t n, c.Int(field));
+  if (n < 0 || n > kMaxLayers)
+    return Status::Error(c.source() + ": field '" + field + "' is " + std::to_string(n) +
+                         "; fathom reads 0 to " + std::to_string(kMaxLayers) + " layers");
+  return static_cast<int32_t>(n);
+}
+
 Result<int32_t> TokenId(const JsonFields& c, const std::string& field) {
   if (!c.Has(field) || c.json().at(field).is_null()) return -1;
   const nlohmann::json& v = c.json().at(field);

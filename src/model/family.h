@@ -54,6 +54,12 @@ void AddLayers(ModelSpec& spec, StageKind stage, int32_t n, F names) {
     spec.layers.push_back(std::move(l));
   }
 }
+// Layers one stage of a config may declare: 1024, several times any released model's
+// (Llama 3.1 405B has 126). The bound keeps a few bytes of config.json from asking for
+// millions of layer specs (a fuzzed config with 49,857 layers took 3.6 s to list its tensors).
+inline constexpr int64_t kMaxLayers = 1024;
+// The integer `field` as a layer count in [0, kMaxLayers]; errors name the field.
+Result<int32_t> LayerCount(const JsonFields& c, const std::string& field);
 // eos_token_id may be an int or a list of ints (first one wins); absent -> -1.
 Result<int32_t> TokenId(const JsonFields& c, const std::string& field);
 // Checks the shape fields every family shares (positive, heads divide, ...).

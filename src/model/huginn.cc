@@ -63,9 +63,9 @@ Result<ModelSpec> HuginnSpec(const JsonFields& c) {
   if (injection != "linear")
     return Status::Error(c.source() + ": field 'injection_type' is '" + injection +
                          "'; fathom implements 'linear' (the adapter on cat[state, embeddings])");
-  FATHOM_ASSIGN_OR_RETURN(int64_t n_prelude, c.Int("n_layers_in_prelude"));
-  FATHOM_ASSIGN_OR_RETURN(int64_t n_core, c.Int("n_layers_in_recurrent_block"));
-  FATHOM_ASSIGN_OR_RETURN(int64_t n_coda, c.Int("n_layers_in_coda"));
+  FATHOM_ASSIGN_OR_RETURN(int64_t n_prelude, family_util::LayerCount(c, "n_layers_in_prelude"));
+  FATHOM_ASSIGN_OR_RETURN(int64_t n_core, family_util::LayerCount(c, "n_layers_in_recurrent_block"));
+  FATHOM_ASSIGN_OR_RETURN(int64_t n_coda, family_util::LayerCount(c, "n_layers_in_coda"));
   FATHOM_ASSIGN_OR_RETURN(int64_t mean_recurrence, c.Int("mean_recurrence"));
   // n_layers is the total of the three stages (upstream's serving config checks it).
   FATHOM_ASSIGN_OR_RETURN(int64_t n_layers, c.IntOr("n_layers", n_prelude + n_core + n_coda));

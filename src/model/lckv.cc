@@ -93,7 +93,7 @@ std::vector<IteratedGroup> CyclicGroups(const std::vector<LayerType>& types) {
 
 Result<ModelSpec> LckvSpec(const JsonFields& c) {
   FATHOM_ASSIGN_OR_RETURN(ModelSpec s, LlamaStyleSpec(c));
-  FATHOM_ASSIGN_OR_RETURN(int64_t n_layers, c.Int("num_hidden_layers"));
+  FATHOM_ASSIGN_OR_RETURN(int32_t n_layers, family_util::LayerCount(c, "num_hidden_layers"));
   if (n_layers <= 0) return Status::Error(c.source() + ": num_hidden_layers must be positive");
   if (!c.Has("layer_types") && (c.Has("target_layer") || c.Has("num_encoders")))
     return Status::Error(c.source() + ": fields 'target_layer' / 'num_encoders' are from an "

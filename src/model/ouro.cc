@@ -30,12 +30,12 @@ LayerNames OuroLayerNames(int32_t i) {
 
 Result<ModelSpec> OuroSpec(const JsonFields& c) {
   FATHOM_ASSIGN_OR_RETURN(ModelSpec s, LlamaStyleSpec(c));
-  FATHOM_ASSIGN_OR_RETURN(int64_t n_layers, c.Int("num_hidden_layers"));
+  FATHOM_ASSIGN_OR_RETURN(int32_t n_layers, family_util::LayerCount(c, "num_hidden_layers"));
   FATHOM_ASSIGN_OR_RETURN(int64_t ut_steps, c.Int("total_ut_steps"));
   if (ut_steps <= 0)
     return Status::Error(c.source() + ": field 'total_ut_steps' must be positive, found " +
                          std::to_string(ut_steps));
-  s.n_core = static_cast<int32_t>(n_layers);
+  s.n_core = n_layers;
   family_util::AddLayers(s, StageKind::kCore, s.n_core, OuroLayerNames);
   s.loop.looped = true;
   s.loop.default_loops = static_cast<int32_t>(ut_steps);

@@ -243,5 +243,26 @@ TEST(HuginnConfigTest, VocabularyIsNotPaddedAndLayerCountIsChecked) {
   EXPECT_NE(e.find("field 'n_layers' is 9"), std::string::npos) << e;
 }
 
+// A layer count beyond family_util::kMaxLayers (or below 0) is refused naming the field, for
+// every family's layer fields (the fuzzer's config with 49,857 layers took 3.6 s to accept).
+TEST(LayerCountTest, OutOfRangeLayerCountsAreRefusedNamingTheField) {
+  const std::vector<std::pair<const char*, const char*>> fields = {
+      {"llama", "num_hidden_layers"},        {"ouro", "num_hidden_layers"},
+      {"huginn", "n_layers_in_prelude"},     {"huginn", "n_layers_in_recurrent_block"},
+      {"huginn", "n_layers_in_coda"},        {"lckv", "num_hidden_layers"}};
+  for (const auto& [family, field] : fields) {
+    for (const int64_t n : {int64_t{49857}, int64_t{1} << 40, int64_t{-3}}) {
+      TempDir tmp;
+      const std::string dir = tmp / "model";
+      testing::MakeTinyModel(family, dir, DType::kF32);
+      EditConfig(dir, [&, f = field](nlohmann::json& j) { j[f] = n; });
+      const std::string e = LoadError(dir);
+      EXPECT_NE(e.find("field '" + std::string(field) + "' is " + std::to_string(n) + "; fathom reads 0 to 1024 layers"),
+                std::string::npos)
+          << family << ": " << e;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fathom
