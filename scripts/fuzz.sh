@@ -5,6 +5,8 @@
 # with its dictionary when it has one. Prints each target's executions; exits non-zero if any
 # target crashed, leaked, timed out (an input over 10 s) or went over its memory limit; the
 # input is saved as build-fuzz/artifacts/<target>/crash-* (or leak-, timeout-, oom-).
+# libFuzzer's -timeout and -max_total_time are wall-clock: do not pause (SIGSTOP) a run, or
+# the input it was on reads as a hang.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 # clang-14, libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) and libomp-14-dev
 # (CMake's OpenMP check under clang) are Debian packages; they are installed here when
