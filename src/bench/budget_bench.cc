@@ -389,7 +389,7 @@ Result<json> RunBudgetBench(const Model& model, const BudgetBenchOptions& opt) {
                  {"requests", load.size()}, {"warm_s", opt.warm_s}, {"burst_s", opt.burst_s},
                  {"after_s", opt.after_s}, {"deadline_factor", opt.deadline_factor},
                  {"low_budget", LowBudget(opt)}, {"tier", std::string(ServiceTierName(opt.tier))},
-                 {"exit_threshold", opt.exit_threshold}};
+                 {"exit_threshold", opt.exit_threshold}, {"budget_prompts", opt.engine.budget_prompts}};
   out["runs"] = json::array();
   json by_policy;
   for (BudgetPolicy p : {BudgetPolicy::kFull, BudgetPolicy::kLow, BudgetPolicy::kController}) {

@@ -203,6 +203,27 @@ double Engine::TokenBudget(const Req& r, int64_t pos) {
   return controller_.ForRequest(decision_.b, r.spec.tier, r.spec.budget);
 }
 
+// The budget and loop steps of request `id`'s prompt, decided at its first prefill chunk
+// and kept (EngineOptions::budget_prompts). Without budget_prompts: full depth, and b = the
+// request's fixed budget or 1 (what L2A routers read).
+void Engine::DecidePrompt(RequestId id) {
+  Req& r = At(id);
+  if (r.prompt_decided) return;
+  r.prompt_decided = true;
+  r.prompt_loops = r.loops;
+  r.prompt_b = r.spec.budget.value_or(1.0);
+  if (!opt_.budget_prompts) return;
+  const bool gated = model_.spec().l2a.enabled;
+  const bool follows = r.policy && r.policy->follows_budget();
+  if (!gated && !follows) return;  // b moves nothing of this request's decode either
+  r.prompt_b = TokenBudget(r, static_cast<int64_t>(r.spec.prompt.size()));
+  if (follows) {
+    const int32_t min_depth = std::max(r.spec.exit.min_depth, MinExitDepth(opt_.lookahead));
+    r.prompt_loops = PromptDepthAt(r.prompt_b, r.loops, min_depth);
+    sched_.SetPromptLoops(id, r.prompt_loops);
+  }
+}
+
 // The reasoning stop: the token a request emits next, given the one sampled (`token`)
 // under budget b; keeps the request's thinking state.
 int32_t Engine::Think(Req& r, int32_t token, double b) {
@@ -239,16 +260,17 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
     case Stage::kPrefill: {
       chunks_.clear();
       for (const PrefillWork& w : plan.chunks) {
+        DecidePrompt(w.req);
         const Req& r = At(w.req);
         PrefillChunk c;
         c.seq = r.seq;
         c.ids = r.spec.prompt.data() + w.pos0;
         c.pos0 = w.pos0;
         c.n = w.n;
-        c.loops = r.loops;
+        c.loops = r.prompt_loops;
         c.logits = w.sample ? PrefillChunk::Logits::kLast : PrefillChunk::Logits::kNone;
         c.random_init = r.spec.init_seed;
-        c.budget = static_cast<float>(r.spec.budget.value_or(1.0));  // L2A gates: the prompt's b
+        c.budget = static_cast<float>(r.prompt_b);  // L2A gates: the prompt's b
         chunks_.push_back(c);
       }
       FATHOM_RETURN_IF_ERROR(runner_->Prefill(chunks_, false, &prefill_));
@@ -257,7 +279,8 @@ Status Engine::Execute(const Plan& plan, Outcome* out) {
         int32_t t = -1;
         if (w.sample) {
           Req& r = At(w.req);
-          t = Think(r, r.sampler->Sample(prefill_.logits.data() + k++ * V, V, r.spec.sampling), 1.0);
+          t = Think(r, r.sampler->Sample(prefill_.logits.data() + k++ * V, V, r.spec.sampling),
+                    r.prompt_b);
         }
         out->tokens.push_back(t);
       }
@@ -360,7 +383,8 @@ void Engine::Account(double now) {
     TierStats& t = stats_.tier[TierRank(r.spec.tier)];
     if (e.token >= 0) {
       const bool decode = plan_.stage == Stage::kCoda;
-      e.budget = decode ? static_cast<float>(r.token_b) : 1.f;
+      // The prefill's token: b = 1 unless prompts follow the budget (EngineOptions).
+      e.budget = static_cast<float>(decode ? r.token_b : opt_.budget_prompts ? r.prompt_b : 1.0);
       r.budgets.push_back(e.budget);
       ++t.tokens;
       if (decode) ++t.decode_tokens, t.depth_sum += e.depth, t.budget_sum += r.token_b;

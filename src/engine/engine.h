@@ -62,6 +62,16 @@ struct EngineOptions {
   // outputs). On: b is recomputed before every step from the engine's own pressure
   // (deadlines, queue, KV headroom, a reclaim notice) and step-latency fit.
   bool budget_control = false;
+  // Prompts follow the budget too (looped models, requests whose exits follow b): a
+  // request's prompt runs PromptDepthAt(b, loops, min depth) loop steps (exec/exit_policy.h),
+  // b being the budget its first decode token would get when its first prompt chunk is
+  // prefilled (budget_trace[0], `budget`, or the controller's b in its tier), fixed from
+  // then on (a recompute after preemption runs the same depth); later tokens read the
+  // prompt's missing deeper steps by the KV layout's rule, as they read an early exit's.
+  // L2A gate checkpoints: the prompt's routers read that b. Off: prompts at full depth
+  // (b = 1 for the routers unless the request fixes `budget`), so that a prompt's K/V does
+  // not depend on the load at the time it was read.
+  bool budget_prompts = false;
   BudgetConfig budget;
   WaitOrder wait_order = WaitOrder::kTierDeadline;
   // OpenMP threads per step (engine/thread_governor.h): with adaptive_threads each step
@@ -87,7 +97,8 @@ struct RequestSpec {
   // repeats; scripted runs and tests), else under `budget` if set, else under the
   // controller's b clamped to the tier's range. The first token (from the prompt's
   // prefill, at full depth) counts as b = 1. L2A gate checkpoints: the prompt's tokens run
-  // their routers at `budget` if set, else at b = 1.
+  // their routers at `budget` if set, else at b = 1. With EngineOptions::budget_prompts
+  // the prompt (and the first token) runs under the b described there instead.
   std::optional<double> budget;
   std::vector<float> budget_trace;
   ServiceTier tier = ServiceTier::kDefault;
@@ -172,6 +183,9 @@ class Engine {
     double deadline = kNever;    // absolute, on the engine's clock
     bool hopeless = false;       // found unmeetable even at b = 0 (counted once)
     double token_b = 1;          // the budget of the decode token in flight
+    double prompt_b = 1;         // the budget the prompt ran under (budget_prompts)
+    int32_t prompt_loops = 0;    // loop steps of the prompt (0: dense)
+    bool prompt_decided = false;  // prompt_b and prompt_loops are set (first prefill chunk)
     std::vector<float> budgets;  // per output token
     bool thinking = false;       // after think_start_id, before think_end_id
     int64_t thought = 0;         // tokens since think_start_id
@@ -181,6 +195,7 @@ class Engine {
   void ReleaseKv(RequestId id);
   DecodeItem Item(const WorkItem& w);
   double TokenBudget(const Req& r, int64_t pos);  // the b of the decode token fed at pos
+  void DecidePrompt(RequestId id);                // prompt_b and prompt_loops, once
   int32_t Think(Req& r, int32_t token, double b);
   void UpdateBudget(double now);
   struct Iteration {

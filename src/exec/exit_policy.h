@@ -2,6 +2,8 @@
 // token's exit signal to the policy, which says whether it leaves the loop now.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -28,6 +30,13 @@ inline double HazardThresholdAt(double q, double b) { return q * b; }
 inline double SignalThresholdAt(double t, double b) {
   return b > 0 ? t / b : std::numeric_limits<double>::infinity();
 }
+// The loop steps a prompt's tokens run under budget b when prompts follow the budget
+// (EngineOptions::budget_prompts): ceil(b · loops), at least min_depth, at most loops.
+// Monotone in b; b = 1 gives loops exactly (today's full-depth prefill).
+inline int32_t PromptDepthAt(double b, int32_t loops, int32_t min_depth) {
+  const auto d = static_cast<int32_t>(std::ceil(std::clamp(b, 0.0, 1.0) * loops));
+  return std::clamp(d, std::min(std::max(min_depth, 1), loops), loops);
+}
 
 class ExitPolicy {
  public:
@@ -39,6 +48,9 @@ class ExitPolicy {
   // step regardless.
   virtual bool ShouldExit(int32_t step, const StepSignal& s) = 0;
   virtual bool needs_kl() const { return false; }
+  // True when SetBudget moves the exits (the signal policies); replayed, fixed and seeded
+  // depths ignore b.
+  virtual bool follows_budget() const { return false; }
   virtual std::string Describe() const = 0;
 };
 
@@ -50,6 +62,7 @@ class CumulativeHazardExit final : public ExitPolicy {
   void Reset() override { survive_ = 1.0, cdf_ = 0.0, q_b_ = q_; }
   void SetBudget(double b) override { q_b_ = HazardThresholdAt(q_, b); }
   bool ShouldExit(int32_t step, const StepSignal& s) override;
+  bool follows_budget() const override { return true; }
   std::string Describe() const override;
 
  private:
@@ -64,6 +77,7 @@ class LatentDiffExit final : public ExitPolicy {
   void Reset() override { t_b_ = t_; }
   void SetBudget(double b) override { t_b_ = SignalThresholdAt(t_, b); }
   bool ShouldExit(int32_t, const StepSignal& s) override { return s.latent_diff < t_b_; }
+  bool follows_budget() const override { return true; }
   std::string Describe() const override;
 
  private:
@@ -77,6 +91,7 @@ class KlExit final : public ExitPolicy {
   void SetBudget(double b) override { t_b_ = SignalThresholdAt(t_, b); }
   bool ShouldExit(int32_t, const StepSignal& s) override { return s.kl < t_b_; }
   bool needs_kl() const override { return true; }
+  bool follows_budget() const override { return true; }
   std::string Describe() const override;
 
  private:
@@ -98,6 +113,7 @@ class MinDepthExit final : public ExitPolicy {
     return inner && step + ahead_ >= min_depth_;
   }
   bool needs_kl() const override { return inner_->needs_kl(); }
+  bool follows_budget() const override { return inner_->follows_budget(); }
   std::string Describe() const override;
 
  private:

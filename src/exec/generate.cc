@@ -65,6 +65,10 @@ Result<GenerateResult> Generate(const Model& model, const GenerateOptions& opt) 
   FATHOM_ASSIGN_OR_RETURN(int32_t loops, ResolveLoops(spec, opt.loops));
   FATHOM_ASSIGN_OR_RETURN(std::unique_ptr<ExitPolicy> own_policy, MakePolicy(spec, opt, loops));
   ExitPolicy* policy = opt.exit_policy ? opt.exit_policy.get() : own_policy.get();
+  const int32_t prompt_loops = opt.prompt_loops > 0 ? opt.prompt_loops : loops;
+  if (opt.prompt_loops < 0 || prompt_loops > loops || (opt.prompt_loops != 0 && !spec.loop.looped))
+    return Status::Error("prompt_loops: " + std::to_string(opt.prompt_loops) + " is outside [1, " +
+                         std::to_string(loops) + "] (the request's loops; looped models only)");
 
   // KV for the whole sequence: every physical layer may hold every position.
   const int32_t block = 16;
@@ -83,7 +87,7 @@ Result<GenerateResult> Generate(const Model& model, const GenerateOptions& opt) 
   Sampler sampler(opt.seed);
   GenerateResult res;
 
-  // Prefill, chunk by chunk, at full depth.
+  // Prefill, chunk by chunk, at prompt_loops (full depth unless asked).
   const double t0 = Now();
   if (!kv->Grow(seq, n_prompt)) return Status::Error("internal: KV pool too small");
   PrefillResult pre;
@@ -93,7 +97,7 @@ Result<GenerateResult> Generate(const Model& model, const GenerateOptions& opt) 
     c.ids = opt.prompt.data() + p;
     c.pos0 = p;
     c.n = std::min(opt.prefill_chunk, n_prompt - p);
-    c.loops = loops;
+    c.loops = prompt_loops;
     c.random_init = opt.init_seed;
     c.budget = static_cast<float>(opt.budget.value_or(1.0));
     c.logits = p + c.n == n_prompt ? PrefillChunk::Logits::kLast : PrefillChunk::Logits::kNone;
@@ -105,7 +109,7 @@ Result<GenerateResult> Generate(const Model& model, const GenerateOptions& opt) 
   const double t1 = Now();
   int32_t token = sampler.Sample(pre.logits.data(), spec.vocab, opt.sampling);
   res.ids.push_back(token);
-  res.exit_depths.push_back(loops);
+  res.exit_depths.push_back(prompt_loops);
   res.finish_reason = "length";
   DecodeItem item;
   item.slot = 0;

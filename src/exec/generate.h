@@ -25,6 +25,9 @@ struct GenerateOptions {
   std::vector<int32_t> prompt;
   int32_t max_tokens = 16;
   int32_t loops = 0;                      // 0: the model's default loop count
+  // Looped models: loop steps of the prompt's tokens, in [1, loops] (0: loops), as the
+  // engine runs prompts under EngineOptions::budget_prompts.
+  int32_t prompt_loops = 0;
   std::optional<double> exit_threshold;   // looped models: exit early by this threshold
   ExitCriterion criterion = ExitCriterion::kAuto;  // auto: Ouro hazard, Huginn latent diff
   SamplingParams sampling;

@@ -536,7 +536,7 @@ Status StageRunner::PrefillRows(std::span<const PrefillChunk> chunks, bool recor
   }
   FATHOM_RETURN_IF_ERROR(CheckRows(st_.rows.span()));
   const int64_t n = st_.rows.size();
-  for (const PrefillChunk& ch : chunks) {  // prompt tokens run every step: no holes
+  for (const PrefillChunk& ch : chunks) {  // a prompt token runs ch.loops steps (PromptExitCopies)
     GrowPositions(ch.seq, ch.pos0 + ch.n);
     SeqInfo& info = Info(ch.seq);
     std::fill_n(info.steps_run.begin() + ch.pos0, ch.n, static_cast<int16_t>(s_.loop.looped ? ch.loops : 0));
@@ -555,6 +555,7 @@ Status StageRunner::PrefillRows(std::span<const PrefillChunk> chunks, bool recor
           InitState(chunks[c].random_init, chunks[c].pos0 + i,
                     x + (st_.chunk_begin[static_cast<int64_t>(c)] + i) * E);
     PrefillLoops(chunks, max_loops, record_signals, x, e, out);
+    PromptExitCopies(chunks);
   }
   st_.head.clear();
   st_.head_dest.clear();
@@ -569,6 +570,25 @@ Status StageRunner::PrefillRows(std::span<const PrefillChunk> chunks, bool recor
   }
   CodaAndHead(st_.rows.span(), x, st_.head.span(), st_.head_dest.span(), logits);
   return Status::Ok();
+}
+
+// Prompt chunks prefilled at fewer loop steps than their sequence may run (prompts that
+// follow the budget): the layout's rule for the steps they skipped, as Prelude applies it
+// to an early-exited decode token (KvLayerTable::PromptExitCopies).
+void StageRunner::PromptExitCopies(std::span<const PrefillChunk> chunks) {
+  for (const PrefillChunk& ch : chunks) {
+    if (ch.loops >= table_.shape().max_depth) continue;
+    st_.copies.clear();
+    const size_t reserved = st_.copies.capacity();
+    table_.PromptExitCopies(ch.loops, &st_.copies);
+    FATHOM_CHECK(st_.copies.capacity() == reserved);
+    if (st_.copies.empty()) continue;
+    SeqInfo& info = Info(ch.seq);
+    for (int64_t p = ch.pos0; p < ch.pos0 + ch.n; ++p) {
+      for (const auto& [from, to] : st_.copies) kv_.CopyRow(ch.seq, p, from, to);
+      info.steps_run[static_cast<size_t>(p)] = static_cast<int16_t>(table_.shape().max_depth);
+    }
+  }
 }
 
 void StageRunner::HeadRows(int64_t n) {

@@ -88,6 +88,7 @@ class StageRunner final : public Backend {
   Status PrefillIterated(const std::vector<PrefillChunk>& chunks, PrefillResult* out);
   void PrefillLoops(std::span<const PrefillChunk> chunks, int32_t max_loops, bool record_signals, float* x,
                     const float* e, PrefillResult* out);
+  void PromptExitCopies(std::span<const PrefillChunk> chunks);
   // Key segments of every row at layers [first, first + count), into st_.att_rows / segs.
   void ResolveAttention(int32_t first, int32_t count, Rows rows);
   void Attend(int32_t layer, Rows rows);  // st_.q -> st_.attn

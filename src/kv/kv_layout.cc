@@ -239,6 +239,20 @@ void KvLayerTable::ExitCopies(int32_t steps_run,
   }
 }
 
+void KvLayerTable::PromptExitCopies(int32_t steps_run,
+                                    std::vector<std::pair<int32_t, int32_t>>* out) const {
+  FATHOM_CHECK(out != nullptr);
+  FATHOM_CHECK_MSG(steps_run >= 1 && steps_run <= shape_.max_depth,
+                   "steps_run=" << steps_run << " max_depth=" << shape_.max_depth);
+  if (layout_ != KvLayout::kLastExited && layout_ != KvLayout::kHybrid) return;
+  for (int32_t j = 0; j < shape_.n_core; ++j) {
+    const int32_t from = CoreSlot(j, steps_run - 1, TokenPhase::kPrompt);
+    for (int32_t s = steps_run; s < shape_.max_depth; ++s) {
+      out->emplace_back(from, CoreSlot(j, s, TokenPhase::kPrompt));
+    }
+  }
+}
+
 bool KvLayerTable::HasHoles() const {
   if (shape_.n_core == 0) return false;
   return layout_ == KvLayout::kDepthIndexed ||

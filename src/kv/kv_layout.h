@@ -132,6 +132,12 @@ class KvLayerTable {
   // step s in steps_run..max_depth-1 (inner), from step steps_run-1. Appends nothing
   // except under last-exited.
   void ExitCopies(int32_t steps_run, std::vector<std::pair<int32_t, int32_t>>* out) const;
+  // The same for a prompt token prefilled at steps_run < max_depth loop steps (prompts
+  // that follow the budget, EngineOptions::budget_prompts): last-exited copies as above;
+  // hybrid, whose prompt keys live in per-depth slots that no mask guards, copies the
+  // prompt's step steps_run-1 slot into its deeper ones (the last-exited rule); the
+  // layouts with holes mask them, shared overwrites one slot: nothing.
+  void PromptExitCopies(int32_t steps_run, std::vector<std::pair<int32_t, int32_t>>* out) const;
 
   // True if an early exit leaves slots unwritten that a deeper query would read, so the
   // runner must mask by exit depth: depth-indexed, and first-then-shared with S > 1.

@@ -324,7 +324,8 @@ void Scheduler::Update(const Plan& plan, const Outcome& out, std::vector<TokenEv
         Erase(waiting_, c.req);
         r.queue = Req::Queue::kReady;
         ready_.push_back(c.req);
-        if (c.sample) Emit(c.req, out.tokens[i], r.spec.loops, events);
+        const int32_t depth = r.spec.prompt_loops > 0 ? r.spec.prompt_loops : r.spec.loops;
+        if (c.sample) Emit(c.req, out.tokens[i], depth, events);
       }
       break;
     case Stage::kPrelude:

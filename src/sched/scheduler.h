@@ -90,6 +90,8 @@ struct SchedRequest {
   int64_t prompt_len = 0;
   int32_t max_tokens = 1;
   int32_t loops = 0;              // loop steps at full depth (0: dense)
+  int32_t prompt_loops = 0;       // loop steps the prompt's tokens run (0: loops); the
+                                  // depth recorded for the prefill's token
   std::vector<int32_t> stop_ids;  // generation stops after any of these
   int32_t rank = 1;               // service tier, lower first (budget/budget.h TierRank)
   double deadline = std::numeric_limits<double>::infinity();  // absolute, engine clock (s)
@@ -122,6 +124,9 @@ class Scheduler {
   // Drops a request that has not finished (its KV and slot are freed; the caller releases
   // its KV sequence). Appends a kCancelled event. False if unknown or finished.
   bool Cancel(RequestId id, std::vector<TokenEvent>* events);
+  // The loop steps request `id`'s prompt runs (the engine decides them at its first prefill
+  // chunk when prompts follow the budget); recorded as the depth of the prefill's token.
+  void SetPromptLoops(RequestId id, int32_t loops) { At(id).spec.prompt_loops = loops; }
 
   // Fills `plan` (cleared first). Mutates nothing.
   void Schedule(Plan* plan) const;

@@ -13,6 +13,10 @@
 
 #include "engine/engine.h"
 #include "exec/exit_policy.h"
+#include "exec/exit_spec.h"
+#include "exec/generate.h"
+#include "exec/kv_setup.h"
+#include "kv/block_pool.h"
 #include "model/test_util.h"
 
 namespace fathom {
@@ -65,8 +69,8 @@ struct Out {
   std::vector<float> budgets;
 };
 
-std::vector<Out> RunAll(const Model& m, const std::vector<RequestSpec>& reqs, SchedMode mode, int32_t width,
-                     EngineOptions opt = {}) {
+std::vector<Out> RunAll(const Model& m, const std::vector<RequestSpec>& reqs, SchedMode mode,
+                        int32_t width, EngineOptions opt = {}, int64_t* preemptions = nullptr) {
   opt.mode = mode;
   opt.width = width;
   opt.max_depth = 4;
@@ -81,6 +85,7 @@ std::vector<Out> RunAll(const Model& m, const std::vector<RequestSpec>& reqs, Sc
   }
   Status s = (*e)->RunToCompletion();
   EXPECT_TRUE(s.ok()) << s.message();
+  if (preemptions) *preemptions = (*e)->stats().preemptions;
   std::vector<Out> out;
   for (RequestId id : ids)
     out.push_back({(*e)->request(id).tokens, (*e)->request(id).depths, (*e)->token_budgets(id)});
@@ -215,6 +220,134 @@ TEST_P(BudgetEngine, BatchedEqualsAloneUnderBudgetTraces) {
           EXPECT_EQ(alone.depths[k], std::max(reqs[i].exit.min_depth, 1)) << i;
         }
       }
+    }
+  }
+}
+
+TEST(PromptDepth, CeilOfBudgetTimesLoopsWithinTheDepthRange) {
+  for (int32_t loops = 1; loops <= 8; ++loops)
+    for (int32_t min_depth = 0; min_depth <= loops + 1; ++min_depth) {
+      int32_t prev = 0;
+      for (int i = 0; i <= 40; ++i) {
+        const double b = i / 40.0;
+        const int32_t d = PromptDepthAt(b, loops, min_depth);
+        // The smallest depth allowed that covers b of the loop, counted step by step.
+        int32_t want = std::min(std::max(min_depth, 1), loops);
+        while (want < loops && want < b * loops - 1e-12) ++want;
+        EXPECT_EQ(d, want) << "b " << b << " loops " << loops << " min " << min_depth;
+        EXPECT_GE(d, prev) << "not monotone at b " << b;
+        prev = d;
+      }
+      EXPECT_EQ(PromptDepthAt(1.0, loops, min_depth), loops);
+    }
+  EXPECT_EQ(PromptDepthAt(0.5, 4, 1), 2);
+  EXPECT_EQ(PromptDepthAt(0.51, 4, 1), 3);
+  EXPECT_EQ(PromptDepthAt(0.0, 4, 2), 2);
+  EXPECT_EQ(PromptDepthAt(-1.0, 4, 1), 1);  // out-of-range budgets clamp
+  EXPECT_EQ(PromptDepthAt(2.0, 4, 1), 4);
+}
+
+// EngineOptions::budget_prompts: a request at a fixed budget b prefills its prompt at
+// PromptDepthAt(b) loop steps and decodes at threshold(b); each equals the same request run
+// alone through Generate with those prompt loops and that threshold (bit for bit: the
+// model's matmuls are batch-invariant); b = 1 equals budget_prompts off.
+TEST_P(BudgetEngine, PromptsFollowTheBudgetAndEqualGenerateAlone) {
+  const Model& m = Tiny(GetParam());
+  const bool hazard = m.spec().loop.exit_signal == ExitSignal::kGateHazard;
+  const std::vector<RequestSpec> base = Requests(m.spec(), 10, 5);
+  // Not kShared: there the engine and Generate differ even at b = 1 with prompts at full
+  // depth (docs/NOTES.md; no test compares shared KV with runs alone).
+  for (KvLayout layout : {KvLayout::kLastExited, KvLayout::kDepthIndexed, KvLayout::kHybrid}) {
+    for (double b : {1.0, 0.75, 0.5, 0.25}) {
+      SCOPED_TRACE("b " + std::to_string(b) + " layout " + std::string(KvLayoutName(layout)));
+      EngineOptions on;
+      on.budget_prompts = true;
+      on.layout = layout;
+      std::vector<RequestSpec> reqs = base;
+      for (RequestSpec& r : reqs) r.budget = b;
+      const std::vector<Out> got = RunAll(m, reqs, SchedMode::kCdbRefill, 4, on);
+      if (b == 1.0) {
+        EngineOptions off_opt;
+        off_opt.layout = layout;
+        const std::vector<Out> off = RunAll(m, reqs, SchedMode::kCdbRefill, 4, off_opt);
+        for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].tokens, off[i].tokens) << i;
+      }
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        GenerateOptions o;
+        o.prompt = reqs[i].prompt;
+        o.max_tokens = reqs[i].max_tokens;
+        o.loops = 4;
+        o.prompt_loops = PromptDepthAt(b, 4, 1);
+        o.sampling = reqs[i].sampling;
+        o.seed = reqs[i].seed;
+        o.stop_at_eos = false;
+        o.prefill_chunk = 5;  // another chunking than the engine's 16
+        o.layout = layout;
+        ExitSpec x = reqs[i].exit;
+        x.threshold =
+            hazard ? HazardThresholdAt(x.threshold, b) : SignalThresholdAt(x.threshold, b);
+        auto p = MakeExitPolicy(m.spec(), x, 4, false);
+        ASSERT_TRUE(p.ok()) << p.status().message();
+        o.exit_policy = std::shared_ptr<ExitPolicy>(std::move(p).value());
+        auto want = Generate(m, o);
+        ASSERT_TRUE(want.ok()) << want.status().message();
+        EXPECT_EQ(got[i].tokens, want->ids) << i;
+        EXPECT_EQ(got[i].depths, want->exit_depths) << i;
+        ASSERT_FALSE(got[i].depths.empty());
+        EXPECT_EQ(got[i].depths[0], PromptDepthAt(b, 4, 1)) << i;
+        EXPECT_EQ(got[i].budgets[0], static_cast<float>(b)) << i;  // the prefill's token: b
+      }
+    }
+  }
+}
+
+// Under budget traces with prompts following the budget (trace[0] for the prompt), the
+// batched run equals each request alone, also when a small KV pool preempts requests (their
+// prompts are prefilled again at the depth first decided).
+TEST_P(BudgetEngine, BatchedEqualsAloneWithPromptsFollowingTheBudget) {
+  const Model& m = Tiny(GetParam());
+  std::vector<RequestSpec> reqs = Requests(m.spec(), 14, 11);
+  std::mt19937 rng(5);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    for (int k = 0; k < 4; ++k) reqs[i].budget_trace.push_back(static_cast<float>(rng() % 5) / 4.f);
+    if (i % 4 == 1) reqs[i].exit.min_depth = 2;
+  }
+  EngineOptions on;
+  on.budget_prompts = true;
+  auto kv = MakeKvManager(m.spec(), 4, on.layout, on.shared_after, 1, 4, on.kv_dtype);
+  ASSERT_TRUE(kv.ok()) << kv.status().message();
+  int64_t most = 0;
+  for (const RequestSpec& r : reqs) {
+    const auto n = static_cast<int64_t>(r.prompt.size());
+    most = std::max(most, (*kv)->BlocksFor(n, n + r.max_tokens - 1));
+  }
+  EngineOptions small = on;
+  small.block_size = 4;
+  small.kv_bytes =
+      BlockPool::BytesPerBlock(4, m.spec().kv_dim(), on.kv_dtype) * static_cast<size_t>(most + 1);
+  std::vector<Out> alone;
+  for (const RequestSpec& r : reqs)
+    alone.push_back(RunAll(m, {r}, SchedMode::kCdbRefill, 1, on)[0]);
+  int prompts_shallow = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const int32_t want =
+        PromptDepthAt(reqs[i].budget_trace[0], 4, std::max(reqs[i].exit.min_depth, 1));
+    EXPECT_EQ(alone[i].depths[0], want) << i;
+    EXPECT_EQ(alone[i].budgets[0], reqs[i].budget_trace[0]) << i;
+    prompts_shallow += want < 4;
+  }
+  EXPECT_GT(prompts_shallow, 3) << "the traces never lowered a prompt's depth";
+  for (const EngineOptions& opt : {on, small}) {
+    SCOPED_TRACE(opt.kv_bytes ? "small KV pool" : "default KV pool");
+    int64_t preemptions = 0;
+    const std::vector<Out> batched = RunAll(m, reqs, SchedMode::kCdbRefill, 4, opt, &preemptions);
+    if (opt.kv_bytes) {
+      EXPECT_GT(preemptions, 0);
+    }
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      EXPECT_EQ(batched[i].tokens, alone[i].tokens) << i;
+      EXPECT_EQ(batched[i].depths, alone[i].depths) << i;
+      EXPECT_EQ(batched[i].budgets, alone[i].budgets) << i;
     }
   }
 }

@@ -210,6 +210,29 @@ TEST(KvLayerTable, HybridPromptIsDepthIndexedDecodeIsShared) {
   EXPECT_TRUE(Exit(t, 3).empty());
 }
 
+// A prompt prefilled at fewer loop steps than the table's depth (prompts that follow the
+// budget): copies into its own deeper slots where nothing masks them (last-exited, and
+// hybrid's per-depth prompt slots); nothing where holes are masked or the slot is shared.
+TEST(KvLayerTable, PromptExitCopiesFillTheDeeperPromptSlots) {
+  auto prompt_exit = [](const KvLayerTable& t, int32_t steps_run) {
+    Pairs out;
+    t.PromptExitCopies(steps_run, &out);
+    return out;
+  };
+  const Pairs six{{22, 26}, {22, 30}, {23, 27}, {23, 31}, {24, 28}, {24, 32}, {25, 29}, {25, 33}};
+  const KvLayerTable hybrid = MustBuild(Huginn(), KvLayout::kHybrid);
+  EXPECT_EQ(prompt_exit(hybrid, 6), six);  // prompt slot of (core layer j, step s): 2 + 4s + j
+  EXPECT_EQ(hybrid.WriteLayer(2, 5, kP), 22);
+  EXPECT_EQ(hybrid.WriteLayer(2, 7, kP), 30);
+  EXPECT_TRUE(prompt_exit(hybrid, 8).empty());
+  EXPECT_EQ(prompt_exit(MustBuild(Huginn(), KvLayout::kLastExited), 6), six);
+  const KvLayerTable last = MustBuild(Huginn(), KvLayout::kLastExited);
+  EXPECT_EQ(prompt_exit(last, 3), Exit(last, 3));
+  EXPECT_TRUE(prompt_exit(MustBuild(Huginn(), KvLayout::kDepthIndexed), 3).empty());
+  EXPECT_TRUE(prompt_exit(MustBuild(Huginn(), KvLayout::kShared), 3).empty());
+  EXPECT_TRUE(prompt_exit(MustBuild(Huginn(), KvLayout::kFirstThenShared, 4), 3).empty());
+}
+
 TEST(KvLayerTable, StoresEveryPhaseOutsideHybrid) {
   for (KvLayout l : {KvLayout::kDepthIndexed, KvLayout::kLastExited, KvLayout::kShared,
                      KvLayout::kFirstThenShared}) {

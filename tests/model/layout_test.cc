@@ -24,7 +24,7 @@ struct FathomDecode {
 };
 
 FathomDecode RunFathom(const Model& m, KvLayout layout, int32_t shared_after, int32_t R,
-                       const std::vector<int32_t>& depths) {
+                       const std::vector<int32_t>& depths, int32_t prompt_depth) {
   FathomDecode res;
   auto kv = MakeKvManager(m.spec(), R, layout, shared_after, 1024, 4, DType::kF32);
   EXPECT_TRUE(kv.ok()) << kv.status().message();
@@ -38,7 +38,7 @@ FathomDecode RunFathom(const Model& m, KvLayout layout, int32_t shared_after, in
   c.seq = seq;
   c.ids = kPrompt.data();
   c.n = n_prompt;
-  c.loops = R;
+  c.loops = prompt_depth;
   PrefillResult pre;
   EXPECT_TRUE(runner.Prefill({c}, false, &pre).ok());
   const bool ouro = m.spec().loop.exit_signal == ExitSignal::kGateHazard;
@@ -73,6 +73,7 @@ struct LayoutCase {
   KvLayout layout;
   int32_t shared_after;
   std::vector<int32_t> depths;
+  int32_t prompt_depth = 0;  // loop steps of the prompt's tokens (0: loops)
 };
 
 std::string Join(const std::vector<int32_t>& v) { return testing::JoinIds(v); }
@@ -82,13 +83,16 @@ void CheckAgainstReference(const LayoutCase& c) {
   testing::MakeTinyModel(c.family, dir / "model", DType::kF32);
   auto m = Model::Load(dir / "model");
   ASSERT_TRUE(m.ok()) << m.status().message();
-  const FathomDecode f = RunFathom(**m, c.layout, c.shared_after, c.loops, c.depths);
+  const int32_t prompt_depth = c.prompt_depth > 0 ? c.prompt_depth : c.loops;
+  const FathomDecode f = RunFathom(**m, c.layout, c.shared_after, c.loops, c.depths, prompt_depth);
   std::string extra = "--decode-ids " + Join(kDecode) + " --exit-depths " + Join(c.depths) +
-                      " --layout " + std::string(KvLayoutName(c.layout));
+                      " --layout " + std::string(KvLayoutName(c.layout)) +
+                      " --prompt-depth " + std::to_string(prompt_depth);
   if (c.layout == KvLayout::kFirstThenShared) extra += " --shared-after " + std::to_string(c.shared_after);
   testing::RunReference(dir / "model", kPrompt, c.loops, dir.path(), extra);
   EXPECT_LE(RelativeError(f.logits, ReadF32File(dir / "decode_logits.f32")), 1e-4)
-      << c.family << " " << KvLayoutName(c.layout) << " depths " << Join(c.depths);
+      << c.family << " " << KvLayoutName(c.layout) << " depths " << Join(c.depths) << " prompt depth "
+      << prompt_depth;
   EXPECT_LE(RelativeError(f.signals, ReadF32File(dir / "decode_signals.f32")), 1e-4);
 }
 
@@ -98,6 +102,20 @@ TEST(LayoutReferenceTest, EveryLayoutMatchesItsRuleWithScriptedExits) {
                           KvLayout::kFirstThenShared, KvLayout::kHybrid}) {
     CheckAgainstReference({"ouro", 4, layout, 2, ouro_exits});
     CheckAgainstReference({"huginn", 5, layout, 3, huginn_exits});
+  }
+}
+
+// Prompts prefilled at fewer loop steps than decode tokens run (EngineOptions::
+// budget_prompts): the deeper decode tokens read the prompt's skipped steps by each
+// layout's rule (last-exited and hybrid copy the prompt's last step into them; depth-indexed
+// and first-then-shared mask them; shared keeps the last step written).
+TEST(LayoutReferenceTest, ShallowPromptsMatchTheRuleUnderEveryLayout) {
+  const std::vector<int32_t> ouro_exits = {4, 1, 3, 2, 4, 4}, huginn_exits = {5, 2, 1, 4, 5, 3};
+  for (KvLayout layout : {KvLayout::kDepthIndexed, KvLayout::kLastExited, KvLayout::kShared,
+                          KvLayout::kFirstThenShared, KvLayout::kHybrid}) {
+    CheckAgainstReference({"ouro", 4, layout, 3, ouro_exits, 1});
+    CheckAgainstReference({"ouro", 4, layout, 2, ouro_exits, 2});
+    CheckAgainstReference({"huginn", 5, layout, 3, huginn_exits, 2});
   }
 }
 
@@ -117,11 +135,11 @@ TEST(LayoutReferenceTest, NoExitsDepthIndexedAndHybridFirstTokenEqualThePlainMod
     const int64_t V = (*m)->spec().vocab;
     // Decode token i's logits are the plain model's row at position n_prompt + i.
     const std::vector<float> plain_decode(plain.begin() + static_cast<int64_t>(kPrompt.size()) * V, plain.end());
-    EXPECT_LE(RelativeError(RunFathom(**m, KvLayout::kDepthIndexed, 1, R, full).logits, plain_decode), 1e-4) << family;
-    EXPECT_LE(RelativeError(RunFathom(**m, KvLayout::kLastExited, 1, R, full).logits, plain_decode), 1e-4) << family;
+    EXPECT_LE(RelativeError(RunFathom(**m, KvLayout::kDepthIndexed, 1, R, full, R).logits, plain_decode), 1e-4) << family;
+    EXPECT_LE(RelativeError(RunFathom(**m, KvLayout::kLastExited, 1, R, full, R).logits, plain_decode), 1e-4) << family;
     // Hybrid: later decode tokens read earlier decode tokens' last state, so only the first
     // decode token equals the plain model.
-    const auto hybrid = RunFathom(**m, KvLayout::kHybrid, 1, R, full).logits;
+    const auto hybrid = RunFathom(**m, KvLayout::kHybrid, 1, R, full, R).logits;
     EXPECT_LE(RelativeError(std::vector<float>(hybrid.begin(), hybrid.begin() + V),
                             std::vector<float>(plain_decode.begin(), plain_decode.begin() + V)), 1e-4);
   }

@@ -201,7 +201,9 @@ class LayoutKV:
       last-exited        ("core", j, r); exit(t, e < R) copies step e-1 into steps e..R-1
       shared             ("core", j, 0)
       first-then-shared  ("core", j, min(r, S-1))
-      hybrid             prompt positions ("core", j, r); decode positions ("core", j, "decode")
+      hybrid             prompt positions ("core", j, r); decode positions ("core", j, "decode");
+                         a prompt position prefilled at e < R steps (run_layout's prompt_depth)
+                         copies step e-1 into steps e..R-1, as last-exited does
     Prelude and coda slots are the logical slot itself (one per layer)."""
 
     def __init__(self, layout, loops, n_core, n_prompt, shared_after=1):
@@ -253,9 +255,11 @@ class LayoutKV:
         return torch.einsum("hst,thd->shd", probs, V).reshape(S, H * D)
 
     def exit(self, pos, steps):
-        """Token at `pos` left the loop after `steps` steps.  last-exited: copy its step
-        steps-1 core KV into the deeper depth slots it skipped."""
-        if self.layout != "last-exited" or steps >= self.loops:
+        """Token at `pos` left the loop after `steps` steps.  last-exited (and hybrid's
+        prompt positions): copy its step steps-1 core KV into the deeper depth slots it
+        skipped; the other layouts leave them unwritten (masked)."""
+        copies = self.layout == "last-exited" or (self.layout == "hybrid" and self.phase_of(pos) == "prompt")
+        if not copies or steps >= self.loops:
             return
         for j in range(self.n_core):
             last = self.store[("core", j, steps - 1)][pos]
@@ -873,9 +877,10 @@ def huginn_layout_call(W, cfg, ids, start, kv, steps):
 
 
 def run_layout(W, cfg, prompt_ids, decode_ids, exit_depths=None, loops=None, layout="depth-indexed",
-               shared_after=1, budget=None):
-    """Prefill prompt_ids ([n_prompt] long) as ONE chunk, every token running all R loop
-    steps, then feed decode_ids ([n_decode] long, teacher forcing) one token per call, decode
+               shared_after=1, budget=None, prompt_depth=None):
+    """Prefill prompt_ids ([n_prompt] long) as ONE chunk, every token running prompt_depth
+    loop steps (default all R; fewer: fathom's prompts that follow the budget, each prompt
+    position then exits as a decode token does), then feed decode_ids ([n_decode] long, teacher forcing) one token per call, decode
     token i running exactly exit_depths[i] steps (default R), all under KV layout `layout`.
     Returns prefill_logits [n_prompt, V], decode_logits [n_decode, V] and, for looped
     families, decode_signals [n_decode, R] (Ouro lambda / Huginn latent diff of each step
@@ -901,8 +906,13 @@ def run_layout(W, cfg, prompt_ids, decode_ids, exit_depths=None, loops=None, lay
         n_core, call = cfg["num_hidden_layers"], ouro_layout_call
     else:
         n_core, call = cfg.get("n_layers_in_recurrent_block", 4), huginn_layout_call
+    P = R if prompt_depth is None else int(prompt_depth)
+    if not 1 <= P <= R:
+        raise ValueError(f"prompt depth {P} outside [1, {R}]")
     kv = LayoutKV(layout, R, n_core, n_prompt, shared_after)
-    pre = call(W, cfg, prompt_ids, 0, kv, R)[0]
+    pre = call(W, cfg, prompt_ids, 0, kv, P)[0]
+    for pos in range(n_prompt):
+        kv.exit(pos, P)
     logits, signals, kls = [], torch.zeros(n_decode, R), torch.zeros(n_decode, R)
     for i, e in enumerate(depths):
         lg, sig, *kl = call(W, cfg, decode_ids[i : i + 1], n_prompt + i, kv, e)
@@ -1260,6 +1270,8 @@ def main(argv=None):
                     help="with --decode-ids: loop steps each decode token runs, 1..R (default all R)")
     ap.add_argument("--layout", default=None, choices=list(LAYOUTS),
                     help="with --decode-ids: KV layout (default depth-indexed)")
+    ap.add_argument("--prompt-depth", type=int, default=None,
+                    help="with --decode-ids: loop steps the prompt's tokens run, 1..R (default R)")
     ap.add_argument("--shared-after", type=int, default=None,
                     help="with --layout first-then-shared: S, core slot min(r, S-1) (default 1)")
     ap.add_argument("--perplexity", action="store_true",
@@ -1296,8 +1308,8 @@ def main(argv=None):
     if args.exit_threshold is not None or (args.budget is not None and spec is None):
         raise SystemExit("--exit-threshold and --budget need --perplexity")
     if args.decode_ids is None and (args.exit_depths is not None or args.layout is not None
-                                    or args.shared_after is not None):
-        raise SystemExit("--exit-depths, --layout and --shared-after need --decode-ids")
+                                    or args.shared_after is not None or args.prompt_depth is not None):
+        raise SystemExit("--exit-depths, --layout, --shared-after and --prompt-depth need --decode-ids")
     if args.shared_after is not None and args.layout != "first-then-shared":
         raise SystemExit("--shared-after applies only to --layout first-then-shared")
 
@@ -1333,13 +1345,15 @@ def main(argv=None):
                 raise SystemExit(f"--exit-depths has {len(depths)} values for {dec_ids.numel()} decode ids")
             if fam in LOOPED and any(not 1 <= e <= loops for e in depths):
                 raise SystemExit(f"--exit-depths values must be in [1, {loops}]")
+        if args.prompt_depth is not None and (fam not in LOOPED or not 1 <= args.prompt_depth <= loops):
+            raise SystemExit(f"--prompt-depth must be in [1, {loops}] (looped families only)")
         layout = args.layout or "depth-indexed"
         shared_after = 1 if args.shared_after is None else args.shared_after
         if fam in LOOPED and layout == "first-then-shared" and not 1 <= shared_after <= loops:
             raise SystemExit(f"--shared-after must be in [1, {loops}]")
         decode = run_layout(W, cfg, ids, dec_ids, exit_depths=depths if fam in LOOPED else None,
                             loops=loops if fam in LOOPED else None, layout=layout, shared_after=shared_after,
-                            budget=args.budget)
+                            budget=args.budget, prompt_depth=args.prompt_depth)
 
     res = run(W, cfg, ids, loops=loops if fam in LOOPED else None, init_state=init_state,
               incremental=args.incremental, chunk=args.chunk, budget=args.budget)
@@ -1370,7 +1384,9 @@ def main(argv=None):
                      "exit_depths": depths if depths is not None else ([loops] * int(dec_ids.numel())
                                                                        if fam in LOOPED else None),
                      "layout": layout, "shared_after": shared_after if layout == "first-then-shared" else None,
-                     "prefill": "one chunk", "depths_ignored": fam not in LOOPED})
+                     "prefill": "one chunk", "depths_ignored": fam not in LOOPED,
+                     "prompt_depth": args.prompt_depth if args.prompt_depth is not None else
+                                     (loops if fam in LOOPED else None)})
         write_f32(args.out_dir, "prefill_logits.f32", decode["prefill_logits"], meta)
         write_f32(args.out_dir, "decode_logits.f32", decode["decode_logits"], meta)
         if "decode_signals" in decode:

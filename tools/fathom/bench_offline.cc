@@ -47,7 +47,7 @@ constexpr const char* kDescription =
 
 // The scheduler list is the command's own; every engine option but --scheduler is
 // EngineFlags'.
-constexpr uint32_t kOfflineEngineFlags = (kEngineFlagsAll | kFlagKvMib) & ~kFlagScheduler;
+constexpr uint32_t kOfflineEngineFlags = (kEngineFlagsAll | kFlagKvMib) & ~kFlagScheduler & ~kFlagBudgetPrompts;
 
 struct OfflineArgs {
   BenchWorkloadFlags work;

@@ -58,6 +58,11 @@ void EngineFlags::Declare(FlagSet& flags) {
                "each step on the count of --threads, --threads/2, ..., 1 that steps of its shape\n"
                "      measured fastest (experimental: under a competing load better than all\n"
                "      threads, still slower than 1; default off: every step on --threads)");
+  if (Has(kFlagBudgetPrompts))
+    flags.Bool("--budget-prompts", &budget_prompts_,
+               "prompts follow the budget b too: a looped request whose exits follow b prefills its\n"
+               "      prompt at ceil(b x loops) steps (at least its minimum depth); L2A gates read b\n"
+               "      (default off: prompts at full depth)");
 }
 
 Result<EngineOptions> EngineFlags::Options() const {
@@ -78,6 +83,7 @@ Result<EngineOptions> EngineFlags::Options() const {
   o.block_size = static_cast<int32_t>(block_size_);
   o.lookahead = lookahead_;
   o.adaptive_threads = adaptive_threads_;
+  o.budget_prompts = budget_prompts_;
   FATHOM_ASSIGN_OR_RETURN(o.kv_dtype, ParseKvDtypeFlag(kv_dtype_));
   return o;
 }

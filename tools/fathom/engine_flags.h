@@ -41,13 +41,15 @@ enum EngineFlag : uint32_t {
   kFlagLookahead = 1u << 11,     // --lookahead            lookahead
   kFlagKvDtype = 1u << 12,       // --kv-dtype bf16|f32    kv_dtype
   kFlagAdaptiveThreads = 1u << 13,  // --adaptive-threads  adaptive_threads
+  kFlagBudgetPrompts = 1u << 14,    // --budget-prompts    budget_prompts
 };
 
 // Every option but the KV pool's size, whose unit a command chooses (kFlagKvBytes or
 // kFlagKvMib).
 constexpr uint32_t kEngineFlagsAll = kFlagScheduler | kFlagLayout | kFlagSharedAfter | kFlagWidth | kFlagK |
                                      kFlagFlushSteps | kFlagPrefillBudget | kFlagMaxDepth | kFlagBlockSize |
-                                     kFlagLookahead | kFlagKvDtype | kFlagAdaptiveThreads;
+                                     kFlagLookahead | kFlagKvDtype | kFlagAdaptiveThreads |
+                                     kFlagBudgetPrompts;
 
 class EngineFlags {
  public:
@@ -76,7 +78,8 @@ class EngineFlags {
           flush_steps_ = defaults_.flush_steps, prefill_budget_ = defaults_.prefill_budget,
           max_depth_ = defaults_.max_depth, kv_bytes_ = static_cast<int64_t>(defaults_.kv_bytes),
           kv_mib_ = static_cast<int64_t>(defaults_.kv_bytes >> 20), block_size_ = defaults_.block_size;
-  bool lookahead_ = defaults_.lookahead, adaptive_threads_ = defaults_.adaptive_threads;
+  bool lookahead_ = defaults_.lookahead, adaptive_threads_ = defaults_.adaptive_threads,
+       budget_prompts_ = defaults_.budget_prompts;
 };
 
 // The flags of the engine commands (what each took before this file, plus the options it
@@ -84,7 +87,7 @@ class EngineFlags {
 constexpr uint32_t kRequestsEngineFlags = kEngineFlagsAll | kFlagKvBytes;
 constexpr uint32_t kServeEngineFlags = kEngineFlagsAll | kFlagKvMib;
 // bench online / k-sweep: the schedulers (and k-sweep's K) are lists of their own.
-constexpr uint32_t kSweepEngineFlags = (kEngineFlagsAll | kFlagKvMib) & ~kFlagScheduler & ~kFlagK;
+constexpr uint32_t kSweepEngineFlags = (kEngineFlagsAll | kFlagKvMib) & ~kFlagScheduler & ~kFlagK & ~kFlagBudgetPrompts;
 
 // --lookahead alone, for commands without an Engine (single-sequence generate).
 void DeclareLookahead(FlagSet& flags, bool* lookahead);
