@@ -32,8 +32,10 @@ constexpr const char* kDescription =
     "--reclaim-s left at --reclaim-at seconds into the same load (full and controller): the\n"
     "fraction of the requests in flight that finish in time. Exits: each request's signal exit\n"
     "at --exit-threshold, moved by b (q.b, t/b); a gate checkpoint's routers read each token's b\n"
-    "(its prompt runs at b = 1 except under low). Progress on stderr; --out writes the JSON\n"
-    "(timelines included) that scripts/render-budget-bench.py plots.";
+    "(its prompt runs at b = 1 except under low). With --budget-prompts a looped request's\n"
+    "prompt runs ceil(b x loops) loop steps and gates read that b, b being its first decode\n"
+    "token's. Progress on stderr; --out writes the JSON (timelines included) that\n"
+    "scripts/render-budget-bench.py plots.";
 
 struct BudgetArgs {
   std::string model_dir, workload = "alpaca", tier = "default", out;
