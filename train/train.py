@@ -101,7 +101,7 @@ def recipe(name, V):
     """(family, config, training settings) for a named recipe."""
     ctx = 256
     train = {"seq_len": ctx, "batch": 4, "lr": 2e-3, "min_lr_frac": 0.1, "warmup": 50, "weight_decay": 0.1,
-             "beta": 0.5, "gate_steps": 0, "gate_lr": 1e-3, "steps": 700}
+             "beta": 0.5, "gate_steps": 0, "gate_lr": 1e-3, "steps": 700, "embed_std": 0.02}
     tiny = name.startswith("tiny-")
     if tiny:
         E, L, H, Hkv, I = 32, 2, 2, 1, 48
@@ -112,6 +112,9 @@ def recipe(name, V):
     kind = name[5:] if tiny else name.rsplit("-brown", 1)[0]
     if kind == "ouro":
         cfg = config_for("ouro", E, L, H, Hkv, I, V, ctx)
+        # Embeddings at std 1: every branch of Ouro's sandwich norm adds a unit-RMS vector to
+        # the residual stream, which drowns std-0.02 embeddings (docs/QUALITY.md).
+        train.update(embed_std=1.0)
         if not tiny:
             train.update(gate_steps=100)
     elif kind == "dense":  # the looped model's parameter count
@@ -302,8 +305,8 @@ def main(argv=None):
     ap.add_argument("--gate-steps", type=int, help="ouro stage-2 steps (override the recipe)")
     ap.add_argument("--batch", type=int)
     ap.add_argument("--beta", type=float, help="ouro stage-1 entropy weight (override the recipe)")
-    ap.add_argument("--embed-std", type=float, default=0.02,
-                    help="init std of the token embeddings (default 0.02, as every recipe's run so far)")
+    ap.add_argument("--embed-std", type=float,
+                    help="init std of the token embeddings (override the recipe: ouro 1.0, the others 0.02)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--ckpt-minutes", type=float, default=10.0)
@@ -337,13 +340,13 @@ def main(argv=None):
 
     family, cfg, tr = recipe(a.recipe, V)
     cfg.update(bos_token_id=eot, eos_token_id=enc.specials["<|im_end|>"], pad_token_id=eot)
-    for k in ("steps", "gate_steps", "batch", "beta"):
+    for k in ("steps", "gate_steps", "batch", "beta", "embed_std"):
         if getattr(a, k) is not None:
             tr[k] = getattr(a, k)
     torch.manual_seed(a.seed)
     model = models.build(cfg)
-    if a.embed_std != 0.02:
-        torch.nn.init.normal_(model.model.embed_tokens.weight, 0.0, a.embed_std)
+    if tr["embed_std"] != 0.02:  # models.build initialises them at 0.02
+        torch.nn.init.normal_(model.model.embed_tokens.weight, 0.0, tr["embed_std"])
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(),
                             lr=tr["lr"], betas=(0.9, 0.95), weight_decay=tr["weight_decay"])
