@@ -33,7 +33,7 @@ char32_t PrevChar(std::string_view s, size_t end, size_t* start) {
 
 }  // namespace
 
-Result<AddedVocabulary> AddedVocabulary::FromJson(const JsonNode& list) {
+Result<AddedVocabulary> AddedVocabulary::FromJson(const JsonNode& list, size_t vocab_entries) {
   AddedVocabulary v;
   if (!list.present()) return v;
   FATHOM_RETURN_IF_ERROR(list.ExpectArray());
@@ -43,6 +43,12 @@ Result<AddedVocabulary> AddedVocabulary::FromJson(const JsonNode& list) {
     AddedToken tok;
     FATHOM_ASSIGN_OR_RETURN(int64_t id, t.Get("id").Int());
     if (id < 0 || id > INT32_MAX - 1) return t.Get("id").Error("should be a non-negative id");
+    const int64_t entries = static_cast<int64_t>(vocab_entries + list.size());
+    if (id >= entries + kMaxUnusedIds) {
+      return t.Get("id").Error("is " + std::to_string(id) + ", more than " + std::to_string(kMaxUnusedIds) +
+                               " past the tokenizer's " + std::to_string(entries) +
+                               " entries (model.vocab and added_tokens)");
+    }
     tok.id = static_cast<int32_t>(id);
     FATHOM_ASSIGN_OR_RETURN(tok.content, t.Get("content").String());
     if (tok.content.empty()) return t.Get("content").Error("is empty");

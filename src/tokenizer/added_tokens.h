@@ -18,6 +18,11 @@
 
 namespace fathom {
 
+// How many ids past its entry count (model.vocab + added_tokens) a tokenizer may use: holes
+// from removed tokens are real (and our tests use them), but an id that leaves more than a
+// million unused is a corrupt file, and would size the id tables at up to 64 GB.
+inline constexpr int64_t kMaxUnusedIds = int64_t{1} << 20;
+
 struct AddedToken {
   int32_t id = 0;
   std::string content;
@@ -26,7 +31,10 @@ struct AddedToken {
 
 class AddedVocabulary {
  public:
-  static Result<AddedVocabulary> FromJson(const JsonNode& list);
+  // `vocab_entries`: the entries of model.vocab. Every id must be below vocab_entries +
+  // list.size() (the tokenizer's entry count) plus kMaxUnusedIds, so that a corrupt id cannot
+  // size the id tables.
+  static Result<AddedVocabulary> FromJson(const JsonNode& list, size_t vocab_entries);
 
   // A stretch of text: an added token's id, or -1 for text between tokens.
   struct Segment {

@@ -3,11 +3,12 @@
 #include <cstdio>
 #include <queue>
 
+#include "tokenizer/added_tokens.h"
 #include "tokenizer/utf8.h"
 
 namespace fathom {
 
-Result<std::unique_ptr<BpeModel>> BpeModel::FromJson(const JsonNode& model) {
+Result<std::unique_ptr<BpeModel>> BpeModel::FromJson(const JsonNode& model, size_t added_count) {
   FATHOM_RETURN_IF_ERROR(model.ExpectObject());
   const JsonNode type_node = model.Get("type");
   if (type_node.present()) {
@@ -38,6 +39,12 @@ Result<std::unique_ptr<BpeModel>> BpeModel::FromJson(const JsonNode& model) {
                          DescribeJson(id_json));
     }
     const int64_t id = id_json.get<int64_t>();
+    const int64_t id_limit = static_cast<int64_t>(vocab.json().size() + added_count) + kMaxUnusedIds;
+    if (id >= id_limit) {
+      return vocab.Error("[" + nlohmann::json(token).dump() + "] has id " + std::to_string(id) +
+                         ", more than " + std::to_string(kMaxUnusedIds) + " past the tokenizer's " +
+                         std::to_string(id_limit - kMaxUnusedIds) + " entries (model.vocab and added_tokens)");
+    }
     bpe->vocab_.emplace(token, static_cast<int32_t>(id));
     max_id = std::max(max_id, id);
   }

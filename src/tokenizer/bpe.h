@@ -37,7 +37,11 @@ struct StringHash {
 
 class BpeModel {
  public:
-  static Result<std::unique_ptr<BpeModel>> FromJson(const JsonNode& model);
+  // `added_count`: the entries of the tokenizer's added_tokens. Every vocabulary id must be
+  // below the tokenizer's entry count (vocab + added_tokens) plus kMaxUnusedIds: a real
+  // vocabulary is dense or nearly, and the bound keeps a corrupt id from sizing the id tables
+  // (an id of 2^31 would be 64 GB).
+  static Result<std::unique_ptr<BpeModel>> FromJson(const JsonNode& model, size_t added_count);
 
   // One past the largest id of the vocabulary.
   int32_t vocab_size() const { return static_cast<int32_t>(id_to_token_.size()); }

@@ -122,8 +122,9 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokenize
   if (!model.present()) return Status::Error(origin + ": missing field model");
   FATHOM_ASSIGN_OR_RETURN(std::string model_type, model.Get("type").StringOr("BPE"));
   if (model_type != "BPE") return model.Get("type").Unsupported();
-  FATHOM_ASSIGN_OR_RETURN(m.bpe, BpeModel::FromJson(model));
-  FATHOM_ASSIGN_OR_RETURN(m.added, AddedVocabulary::FromJson(top.Get("added_tokens")));
+  const JsonNode added_tokens = top.Get("added_tokens");
+  FATHOM_ASSIGN_OR_RETURN(m.bpe, BpeModel::FromJson(model, added_tokens.size()));
+  FATHOM_ASSIGN_OR_RETURN(m.added, AddedVocabulary::FromJson(added_tokens, model.Get("vocab").json().size()));
   FATHOM_ASSIGN_OR_RETURN(m.normalizer, Normalizer::FromJson(top.Get("normalizer")));
   FATHOM_ASSIGN_OR_RETURN(m.pre_tokenizer, PreTokenizer::FromJson(top.Get("pre_tokenizer")));
   FATHOM_ASSIGN_OR_RETURN(m.post_processor, PostProcessor::FromJson(top.Get("post_processor")));

@@ -27,6 +27,35 @@ TEST(FuzzRegression, TokenizerJsonWithANumberPastDoubleRangeIsAnError) {
   EXPECT_NE(t.status().message().find("tokenizer.json: malformed JSON"), std::string::npos) << t.status().message();
 }
 
+// An id of 2^31 - 2 in added_tokens sized the id tables at 64 GB (ASan: allocator out of
+// memory; found by tokenizer_load_fuzz). Ids may leave at most kMaxUnusedIds unused.
+TEST(FuzzRegression, AddedTokenIdPastTheEntryCountIsAnError) {
+  auto t = Tokenizer::FromJson(
+      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},
+          "added_tokens": [{"id": 2, "content": "<s>"}, {"id": 2147483646, "content": "</s>"}]})",
+      "", "tokenizer.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("added_tokens[1].id is 2147483646, more than 1048576 past the tokenizer's 4 entries"),
+            std::string::npos)
+      << t.status().message();
+}
+
+TEST(FuzzRegression, VocabIdPastTheEntryCountIsAnError) {
+  auto t = Tokenizer::FromJson(
+      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 2147483646}, "merges": []},
+          "added_tokens": [{"id": 2, "content": "<s>"}]})",
+      "", "tokenizer.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("has id 2147483646, more than 1048576 past the tokenizer's 3 entries"), std::string::npos)
+      << t.status().message();
+  // Holes within the bound are allowed.
+  auto ok = Tokenizer::FromJson(
+      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1048578}, "merges": []},
+          "added_tokens": [{"id": 1, "content": "<s>"}], "decoder": {"type": "ByteLevel"}})",
+      "", "tokenizer.json");
+  EXPECT_TRUE(ok.ok()) << ok.status().message();
+}
+
 // The Llama 3 template trims message contents; Trim decoded a lone continuation byte 0x89
 // as a tab (0x89 & 0x1f) two bytes long and cut past the end of the string (an uncaught
 // out_of_range; found by chat_render_fuzz). Messages from HTTP are valid UTF-8, but
