@@ -80,6 +80,10 @@ struct LoadLoop {
     bin.gate_flops += g.matmul_flops - last_gates.matmul_flops;
     bin.dense_flops += g.dense_matmul_flops - last_gates.dense_matmul_flops;
     last_gates = g;
+    const EngineStats& st = engine.stats();
+    bin.engine_s += st.seconds - last_seconds;
+    bin.schedule_s += st.schedule_seconds - last_schedule_seconds;
+    last_seconds = st.seconds, last_schedule_seconds = st.schedule_seconds;
     bin.b_sum += PolicyB();
     bin.waiting_sum += static_cast<double>(s.waiting().size());
     bin.running_sum += static_cast<double>(s.ready().size() + s.looping().size() + s.exited().size());
@@ -90,7 +94,7 @@ struct LoadLoop {
         ++o.tokens;
         if (decode) ++bin.tokens, bin.token_b_sum += e.budget, bin.depth_sum += e.depth;
       }
-      if (e.finish != FinishReason::kNone) o.finish = t;
+      if (e.finish != FinishReason::kNone) o.finish = t, ++bin.finished;
     }
   }
   // Every request still running is past its deadline: the rest of the run changes no
@@ -104,6 +108,7 @@ struct LoadLoop {
   }
   double last_lost_check = 0;
   GateCounts last_gates;  // the engine's gate counts at the last Record
+  double last_seconds = 0, last_schedule_seconds = 0;  // and its step times
   double PolicyB() const {
     return policy == BudgetPolicy::kController ? engine.budget().b
            : policy == BudgetPolicy::kLow      ? LowBudget(opt)
@@ -138,7 +143,8 @@ double Recovery(const PolicyRun& run, const BudgetBenchOptions& opt) {
 
 json Timeline(const PolicyRun& run, const BudgetBenchOptions& opt) {
   json t = json::array(), b = json::array(), tb = json::array(), d = json::array(), w = json::array(),
-       r = json::array(), a = json::array(), gc = json::array();
+       r = json::array(), a = json::array(), gc = json::array(), tk = json::array(), fin = json::array(),
+       es = json::array(), ss = json::array();
   for (size_t i = 0; i < run.bins.size(); ++i) {
     const BudgetBin& x = run.bins[i];
     const double steps = std::max<double>(1, static_cast<double>(x.steps));
@@ -151,9 +157,14 @@ json Timeline(const PolicyRun& run, const BudgetBenchOptions& opt) {
     r.push_back(x.running_sum / steps);
     a.push_back(x.arrivals);
     gc.push_back(x.dense_flops > 0 ? json(x.gate_flops / x.dense_flops) : json(nullptr));
+    tk.push_back(x.tokens);
+    fin.push_back(x.finished);
+    es.push_back(x.engine_s);
+    ss.push_back(x.schedule_s);
   }
-  return {{"t", t}, {"b", b}, {"token_b", tb}, {"depth", d}, {"waiting", w}, {"running", r}, {"arrivals", a},
-          {"gate_compute", gc}};
+  return {{"t", t},          {"b", b},         {"token_b", tb},   {"depth", d},          {"waiting", w},
+          {"running", r},    {"arrivals", a},  {"gate_compute", gc}, {"decode_tokens", tk}, {"finished", fin},
+          {"engine_s", es}, {"schedule_s", ss}};
 }
 
 // L2A: the fractions of (token, layer) pairs that ran attention / MLP
@@ -342,6 +353,9 @@ json LoadReport(const PolicyRun& run, const BudgetBenchOptions& opt) {
           {"deadline_hopeless", st.deadline_hopeless},
           {"wall_s", run.wall_s},
           {"steps", st.steps},
+          {"preemptions", st.preemptions},
+          {"engine_seconds", st.seconds},
+          {"schedule_seconds", st.schedule_seconds},
           {"stage_seconds", {{"prefill", st.stage[static_cast<int>(Stage::kPrefill)].seconds},
                              {"prelude", st.stage[static_cast<int>(Stage::kPrelude)].seconds},
                              {"core", st.stage[static_cast<int>(Stage::kCore)].seconds},

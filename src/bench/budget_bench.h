@@ -85,7 +85,10 @@ std::vector<LoadRequest> MakeLoad(const ModelSpec& spec, const BudgetBenchOption
 
 struct BudgetBin {
   double b_sum = 0, token_b_sum = 0, depth_sum = 0, waiting_sum = 0, running_sum = 0;
-  int64_t steps = 0, tokens = 0, arrivals = 0;
+  int64_t steps = 0, tokens = 0, arrivals = 0, finished = 0;
+  // Time inside Engine::Step in this bin's steps, and the part of it outside the stages
+  // (scheduling, the budget controller's update, bookkeeping).
+  double engine_s = 0, schedule_s = 0;
   // L2A gate checkpoints: the layers' matmul flops run in this bin's steps, and the same
   // tokens' through the ungated blocks (prompts included).
   double gate_flops = 0, dense_flops = 0;
