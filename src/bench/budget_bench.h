@@ -21,8 +21,9 @@
 //              decode tokens, and a timeline in bins of bin_s: the controller's b, the mean
 //              b and depth of the tokens that ended in the bin, waiting and running
 //              requests, arrivals, decode tokens, finished requests, and the Step time
-//              (and its part outside the stages) of the bin's steps. b_recovery_s: seconds from the burst's end to the first
-//              bin from which every later bin of the run has mean b >= 0.99.
+//              (and its part outside the stages) of the bin's steps. b_recovery_s:
+//              seconds from the burst's end to the first bin from which every later bin
+//              of the run has mean b >= 0.99.
 //   reclaim    the same arrivals, cut at reclaim_after_s, where NoticeReclaim(reclaim_s)
 //              is given; later arrivals are refused (the server's 503); the run ends
 //              reclaim_s later (the machine is gone). Per policy (full: the notice changes
