@@ -8,7 +8,10 @@ namespace fathom {
 
 KvManager::KvManager(const KvLayerTable& table, int64_t num_blocks, int32_t block_size,
                      int64_t row_floats, DType dtype)
-    : table_(table), pool_(num_blocks, block_size, row_floats, dtype) {}
+    : table_(table), pool_(num_blocks, block_size, row_floats, dtype) {
+  for (int32_t p = 0; p < table_.num_physical_layers(); ++p)
+    ++layers_by_phase_[table_.StoresPhase(p, TokenPhase::kPrompt)][table_.StoresPhase(p, TokenPhase::kDecode)];
+}
 
 const KvManager::Seq& KvManager::Get(SeqId s) const {
   const auto it = seqs_.find(s);
@@ -34,10 +37,15 @@ KvManager::SeqId KvManager::AddSequence(int64_t prompt_len, int64_t max_len) {
 }
 
 KvManager::BlockRange KvManager::Needed(int32_t p, int64_t prompt_len, int64_t len) const {
-  // Positions p stores among [0, len): prompt positions [0, prompt_len) and/or decode
+  return NeededFor(table_.StoresPhase(p, TokenPhase::kPrompt), table_.StoresPhase(p, TokenPhase::kDecode),
+                   prompt_len, len);
+}
+
+KvManager::BlockRange KvManager::NeededFor(bool prompt, bool decode, int64_t prompt_len, int64_t len) const {
+  // Positions stored among [0, len): prompt positions [0, prompt_len) and/or decode
   // positions [prompt_len, len).
-  const int64_t lo = table_.StoresPhase(p, TokenPhase::kPrompt) ? 0 : prompt_len;
-  const int64_t hi = table_.StoresPhase(p, TokenPhase::kDecode) ? len : std::min(len, prompt_len);
+  const int64_t lo = prompt ? 0 : prompt_len;
+  const int64_t hi = decode ? len : std::min(len, prompt_len);
   if (hi <= lo) return {};
   const int64_t bs = block_size();
   return {lo / bs, (hi + bs - 1) / bs};
@@ -45,10 +53,13 @@ KvManager::BlockRange KvManager::Needed(int32_t p, int64_t prompt_len, int64_t l
 
 int64_t KvManager::BlocksFor(int64_t prompt_len, int64_t len) const {
   int64_t n = 0;
-  for (int32_t p = 0; p < table_.num_physical_layers(); ++p) {
-    const BlockRange r = Needed(p, prompt_len, len);
-    n += r.end - r.begin;
-  }
+  for (const bool prompt : {false, true})
+    for (const bool decode : {false, true}) {
+      const int64_t layers = layers_by_phase_[prompt][decode];
+      if (layers == 0) continue;
+      const BlockRange r = NeededFor(prompt, decode, prompt_len, len);
+      n += layers * (r.end - r.begin);
+    }
   return n;
 }
 

@@ -99,9 +99,16 @@ class KvManager {
   size_t BlockBytes() const { return pool_.bytes_per_block(); }
   // Blocks of physical layer p that positions [0, len) of a sequence need.
   BlockRange Needed(int32_t p, int64_t prompt_len, int64_t len) const;
+  // The same for any layer that stores prompt positions iff `prompt` and decode positions
+  // iff `decode` (Needed depends on nothing else about the layer).
+  BlockRange NeededFor(bool prompt, bool decode, int64_t prompt_len, int64_t len) const;
   int64_t RowOffset(const Seq& q, int32_t p, int64_t pos) const;  // elements from the base
 
   KvLayerTable table_;
+  // Physical layers by the phases they store, [stores prompt][stores decode]: BlocksFor is
+  // a sum over these four kinds instead of over every layer (the scheduler and the budget
+  // controller ask it for every request in flight, every step).
+  int64_t layers_by_phase_[2][2] = {};
   BlockPool pool_;
   std::vector<int32_t> fresh_;  // Grow's newly allocated block ids, kept for its capacity
   std::unordered_map<SeqId, Seq> seqs_;

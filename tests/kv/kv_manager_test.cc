@@ -154,6 +154,28 @@ TEST(KvManager, HybridPromptStraddlingABlock) {
   EXPECT_TRUE(RowsIntact(m, s));
 }
 
+// BlocksFor sums over the kinds of layer (which phases each stores), not over layers: it
+// must equal the blocks a grown sequence's tables actually hold, counted layer by layer,
+// for every layout and prompt ends inside, at and past block boundaries.
+TEST(KvManager, BlocksForEqualsTheTablesLayerByLayer) {
+  for (KvLayout l : {KvLayout::kDepthIndexed, KvLayout::kLastExited, KvLayout::kShared,
+                     KvLayout::kFirstThenShared, KvLayout::kHybrid}) {
+    const KvLayerTable t = MustBuild(Huginn(), l, /*shared_after=*/3);
+    for (int64_t prompt : {1, 15, 16, 17, 40}) {
+      KvManager m(t, 4000, 16, 4);
+      const auto s = m.AddSequence(prompt);
+      for (int64_t len : {prompt, prompt + 1, prompt + 16, prompt + 33}) {
+        ASSERT_TRUE(m.Grow(s, len));
+        int64_t held = 0;
+        for (int32_t p = 0; p < t.num_physical_layers(); ++p)
+          for (int64_t b = 0; b < m.num_table_blocks(s); ++b) held += m.BlockTable(s, p)[b] >= 0;
+        EXPECT_EQ(m.BlocksFor(prompt, len), held) << KvLayoutName(l) << " prompt " << prompt << " len " << len;
+        EXPECT_EQ(m.pool().num_used(), held);
+      }
+    }
+  }
+}
+
 TEST(KvManager, BytesPerTokenFollowsTheLayout) {
   const int64_t row = 24;
   const size_t row_bytes = 2 * row * sizeof(float);
