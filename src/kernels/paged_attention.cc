@@ -1,10 +1,10 @@
-// Paged attention in f32 with AVX2/FMA. Work unit: one row and one KV head with the query
-// heads that share it. The unit first resolves its key list (segments, block tables, hole
-// masks) into per-thread arrays of K and V row pointers, one block-table lookup per block,
-// then runs a two-pass softmax: scores for all keys, exp and sum, then the weighted sum of V.
-// K/V elements are f32 or bf16 (template T = float / uint16_t): bf16 is widened 8 values at a
-// time (zero-extend to 32 bits, shift left 16: exact), so both read paths do the same f32
-// arithmetic.
+// Paged attention in f32 with AVX2/FMA, or AVX-512 (16 lanes a register) where the CPU has
+// it. Work unit: one row and one KV head with the query heads that share it. The unit first
+// resolves its key list (segments, block tables, hole masks) into per-thread arrays of K and V
+// row pointers, one block-table lookup per block, then runs a two-pass softmax: scores for all
+// keys, exp and sum, then the weighted sum of V. K/V elements are f32 or bf16 (template T =
+// float / uint16_t): bf16 is widened 8 (or 16) values at a time (zero-extend to 32 bits, shift
+// left 16: exact), so both read paths do the same f32 arithmetic.
 //
 // Register blocking: scores for two query heads and four keys at a time (8 accumulators,
 // each key's lanes summed by one transposed reduction for the four keys instead of one
@@ -41,6 +41,12 @@
 
 #include "core/check.h"
 #include "kernels/vec_math.h"
+
+// GCC 12 reports the _mm256_undefined_pd() inside its own AVX-512 extract intrinsic as
+// maybe-uninitialized when it is inlined under -O3 (as in paged_attention_tiled.cc).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#define FATHOM_TARGET_AVX512ROWS __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 namespace fathom {
 namespace {
@@ -209,9 +215,136 @@ void ForHeadPairs(int64_t n_heads, F&& f) {
   if (h < n_heads) f(h, std::integral_constant<int, 1>{});
 }
 
+// The same two passes on 16 lanes (AVX-512F/BW/VL, where the CPU has them): a score is
+// Sum4 of the accumulators folded to 8 lanes (lane i + lane i + 8), so
+// ((((l0+l8)+(l1+l9))+((l2+l10)+(l3+l11)))+(...)) over its own lanes; head_dim % 16 is a
+// masked last pass (zeros in the masked lanes of q and k), not a scalar tail. The same
+// independence of the neighbours holds; the bits differ from the 8-lane path's (another
+// summation order), so a CPU runs one path for every call (UseAvx512Rows).
+FATHOM_TARGET_AVX512ROWS inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+FATHOM_TARGET_AVX512ROWS inline __m512 Load16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+FATHOM_TARGET_AVX512ROWS inline __m512 Load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+FATHOM_TARGET_AVX512ROWS inline __m512 Load16(const uint16_t* p, __mmask16 m) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+FATHOM_TARGET_AVX512ROWS inline __m256 Fold(__m512 x) {
+  return _mm256_add_ps(_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+}
+
+template <typename T, int NH>
+FATHOM_TARGET_AVX512ROWS inline void ScorePass16(const float* const* q, const T* const* k, int64_t hd, float scale,
+                                                 float* const* p, int64_t valid) {
+  __m512 acc[NH][4];
+  for (int h = 0; h < NH; ++h)
+    for (int j = 0; j < 4; ++j) acc[h][j] = _mm512_setzero_ps();
+  int64_t d = 0;
+  for (; d + 16 <= hd; d += 16) {
+    __m512 qv[NH];
+    for (int h = 0; h < NH; ++h) qv[h] = Load16(q[h] + d);
+    for (int j = 0; j < 4; ++j) {
+      const __m512 kv = Load16(k[j] + d);
+      for (int h = 0; h < NH; ++h) acc[h][j] = _mm512_fmadd_ps(qv[h], kv, acc[h][j]);
+    }
+  }
+  if (d < hd) {
+    const auto m = static_cast<__mmask16>((1u << (hd - d)) - 1);
+    __m512 qv[NH];
+    for (int h = 0; h < NH; ++h) qv[h] = Load16(q[h] + d, m);
+    for (int j = 0; j < 4; ++j) {
+      const __m512 kv = Load16(k[j] + d, m);
+      for (int h = 0; h < NH; ++h) acc[h][j] = _mm512_fmadd_ps(qv[h], kv, acc[h][j]);
+    }
+  }
+  const __m128 vscale = _mm_set1_ps(scale);
+  for (int h = 0; h < NH; ++h) {
+    const __m128 s =
+        _mm_mul_ps(Sum4(Fold(acc[h][0]), Fold(acc[h][1]), Fold(acc[h][2]), Fold(acc[h][3])), vscale);
+    if (valid == 4) {
+      _mm_storeu_ps(p[h], s);
+    } else {
+      alignas(16) float buf[4];
+      _mm_store_ps(buf, s);
+      std::copy_n(buf, valid, p[h]);
+    }
+  }
+}
+
+template <typename T, int NH>
+FATHOM_TARGET_AVX512ROWS void ScoresFor16(const float* const* q, const void* const* kp, int64_t n, int64_t hd,
+                                          float scale, float* const* p) {
+  for (int64_t t = 0; t < n; t += 4) {
+    const int64_t valid = std::min<int64_t>(4, n - t);
+    const T* k[4];
+    for (int64_t j = 0; j < 4; ++j) k[j] = Elems<T>(kp[t + std::min(j, valid - 1)]);
+    float* pt[NH];
+    for (int h = 0; h < NH; ++h) pt[h] = p[h] + t;
+    ScorePass16<T, NH>(q, k, hd, scale, pt, valid);
+  }
+}
+
+// out[h][c .. c + 16*NV) (+)= sum_t w[h][t] * v_t[...] as WeightedSumChunk, 16 lanes a
+// register; `last` masks the chunk's last vector (the head_dim % 16 tail).
+template <typename T, int NH, int NV>
+FATHOM_TARGET_AVX512ROWS void WeightedSumChunk16(const float* const* w, const void* const* v, int64_t n, int64_t c,
+                                                 float* const* out, bool resume, __mmask16 last) {
+  __m512 acc[NH][NV];
+  const auto mask = [last](int j) { return j == NV - 1 ? last : static_cast<__mmask16>(0xFFFF); };
+  for (int h = 0; h < NH; ++h)
+    for (int j = 0; j < NV; ++j)
+      acc[h][j] = resume ? _mm512_maskz_loadu_ps(mask(j), out[h] + c + 16 * j) : _mm512_setzero_ps();
+  for (int64_t t = 0; t < n; ++t) {
+    __m512 wt[NH];
+    for (int h = 0; h < NH; ++h) wt[h] = _mm512_set1_ps(w[h][t]);
+    const T* vt = Elems<T>(v[t]) + c;
+    for (int j = 0; j < NV; ++j) {
+      const __m512 x = j == NV - 1 && last != 0xFFFF ? Load16(vt + 16 * j, last) : Load16(vt + 16 * j);
+      for (int h = 0; h < NH; ++h) acc[h][j] = _mm512_fmadd_ps(wt[h], x, acc[h][j]);
+    }
+  }
+  for (int h = 0; h < NH; ++h)
+    for (int j = 0; j < NV; ++j) _mm512_mask_storeu_ps(out[h] + c + 16 * j, mask(j), acc[h][j]);
+}
+
+template <typename T, int NH>
+FATHOM_TARGET_AVX512ROWS void WeightedSum16(const float* const* w, const void* const* v, int64_t n, int64_t hd,
+                                            float* const* out, bool resume) {
+  int64_t c = 0;
+  for (; c + 64 <= hd; c += 64) WeightedSumChunk16<T, NH, 4>(w, v, n, c, out, resume, 0xFFFF);
+  for (; c + 16 <= hd; c += 16) WeightedSumChunk16<T, NH, 1>(w, v, n, c, out, resume, 0xFFFF);
+  if (c < hd)
+    WeightedSumChunk16<T, NH, 1>(w, v, n, c, out, resume, static_cast<__mmask16>((1u << (hd - c)) - 1));
+}
+
+// The leaves AttendGathered runs: 8 lanes (AVX2, every CPU fathom runs on) or 16.
+template <bool kWide>
+struct Leaves {
+  template <typename T, int NH>
+  static void Scores(const float* const* q, const void* const* kp, int64_t n, int64_t hd, float scale,
+                     float* const* p) {
+    if constexpr (kWide) ScoresFor16<T, NH>(q, kp, n, hd, scale, p);
+    else ScoresFor<T, NH>(q, kp, n, hd, scale, p);
+  }
+  template <typename T, int NH>
+  static void Sum(const float* const* w, const void* const* v, int64_t n, int64_t hd, float* const* out,
+                  bool resume) {
+    if constexpr (kWide) WeightedSum16<T, NH>(w, v, n, hd, out, resume);
+    else WeightedSum<T, NH>(w, v, n, hd, out, resume);
+  }
+};
+
+std::atomic<bool> g_rows16_enabled{true};
+
+bool UseAvx512Rows() {
+  return internal::PagedAttentionAvx512RowsSupported() && g_rows16_enabled.load(std::memory_order_relaxed);
+}
+
 // softmax(scale * q k^T) v over the n gathered keys for the unit's heads (s.head_q,
-// s.head_out).
-template <typename T>
+// s.head_out), with the leaves L (Leaves<kWide>).
+template <typename T, typename L>
 void AttendGathered(int64_t hd, float scale, int64_t n, UnitScratch& s) {
   const auto nh = static_cast<int64_t>(s.head_q.size());
   if (n == 0) {
@@ -233,7 +366,7 @@ void AttendGathered(int64_t hd, float scale, int64_t n, UnitScratch& s) {
       constexpr int NH = decltype(pair)::value;
       float* p[NH];
       for (int i = 0; i < NH; ++i) p[i] = pr[h + i] + t0;
-      ScoresFor<T, NH>(q + h, s.k.data() + t0, nt, hd, scale, p);
+      L::template Scores<T, NH>(q + h, s.k.data() + t0, nt, hd, scale, p);
     });
   }
   for (int64_t h = 0; h < nh; ++h) {
@@ -247,7 +380,7 @@ void AttendGathered(int64_t hd, float scale, int64_t n, UnitScratch& s) {
       constexpr int NH = decltype(pair)::value;
       const float* w[NH];
       for (int i = 0; i < NH; ++i) w[i] = pr[h + i] + t0;
-      WeightedSum<T, NH>(w, s.v.data() + t0, nt, hd, out + h, t0 > 0);
+      L::template Sum<T, NH>(w, s.v.data() + t0, nt, hd, out + h, t0 > 0);
     });
   }
 }
@@ -311,7 +444,10 @@ void AttendRowAs(const AttentionShape& s, const PagedKvView& kv, const PagedAtte
   }
   if (sc.head_q.empty()) return;  // every head pruned: the keys are not even gathered
   const int64_t n = GatherKeys<T>(kv, row, segments, kvh * hd, sc);
-  AttendGathered<T>(hd, s.scale, n, sc);
+  if (UseAvx512Rows())
+    AttendGathered<T, Leaves<true>>(hd, s.scale, n, sc);
+  else
+    AttendGathered<T, Leaves<false>>(hd, s.scale, n, sc);
 }
 
 void AttendRow(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow& row,
@@ -349,6 +485,14 @@ void PagedAttentionRowwise(const AttentionShape& s, const PagedKvView& kv,
 }
 
 void SetPagedAttentionTilesForTesting(bool enabled) { g_tiles_enabled.store(enabled); }
+
+bool PagedAttentionAvx512RowsSupported() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
+  return has;
+}
+
+void SetPagedAttentionAvx512RowsForTesting(bool enabled) { g_rows16_enabled.store(enabled); }
 
 }  // namespace internal
 

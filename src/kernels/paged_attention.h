@@ -56,7 +56,9 @@ void PagedAttentionReference(const AttentionShape& s, const PagedKvView& kv,
 
 namespace internal {
 // The pieces PagedAttention combines, exposed for tests and benchmarks.
-// Per-row path only (AVX2): every row streams all of its keys.
+// Per-row path only: every row streams all of its keys, 16 lanes a register where the CPU
+// has AVX-512F/BW/VL (and SetPagedAttentionAvx512RowsForTesting did not turn that off), else 8
+// (AVX2).
 void PagedAttentionRowwise(const AttentionShape& s, const PagedKvView& kv,
                            const PagedAttentionRow* rows, int64_t n_rows,
                            const KeySegment* segments);
@@ -72,6 +74,11 @@ void PagedAttentionTile(const AttentionShape& s, const PagedKvView& kv,
                         int64_t kvh);
 // Turns the tiled path off (true: PagedAttention uses it where it applies).
 void SetPagedAttentionTilesForTesting(bool enabled);
+// Whether the per-row path can run on 16 lanes here (AVX-512F/BW/VL), and a switch that keeps
+// it on 8 (false) so that tests can run both on one CPU. The two give different bits (another
+// summation order); each is independent of the batch.
+bool PagedAttentionAvx512RowsSupported();
+void SetPagedAttentionAvx512RowsForTesting(bool enabled);
 }  // namespace internal
 
 }  // namespace fathom

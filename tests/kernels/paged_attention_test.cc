@@ -157,18 +157,62 @@ void RunCase(const Case& c, uint32_t seed, DType kv_dtype) {
   }
 }
 
+// The per-row path's widths this CPU can run: 16 lanes (AVX-512) where it has them, and 8.
+std::vector<bool> RowWidths() {
+  if (internal::PagedAttentionAvx512RowsSupported()) return {true, false};
+  std::printf("note: no AVX-512F/BW/VL here: only the 8-lane per-row path is exercised\n");
+  return {false};
+}
+
+// Head sizes below, at and past the 8- and 16-lane widths, with tails of every kind.
+const std::vector<Case> kRowCases = {{4, 4, 64}, {8, 2, 24}, {32, 4, 64}, {16, 16, 128}, {6, 3, 40},
+                                     {55, 55, 96}, {4, 1, 7}, {2, 1, 80}, {8, 4, 16}, {3, 3, 33}};
+
 TEST(PagedAttentionTest, MatchesReference) {
-  const std::vector<Case> cases = {{4, 4, 64}, {8, 2, 24}, {32, 4, 64}, {16, 16, 128},
-                                   {6, 3, 40}, {55, 55, 96}, {4, 1, 7}};
-  uint32_t seed = 1;
-  for (const Case& c : cases) RunCase(c, seed++, DType::kF32);
+  for (const bool wide : RowWidths()) {
+    SCOPED_TRACE(wide ? "16 lanes" : "8 lanes");
+    internal::SetPagedAttentionAvx512RowsForTesting(wide);
+    uint32_t seed = 1;
+    for (const Case& c : kRowCases) RunCase(c, seed++, DType::kF32);
+  }
+  internal::SetPagedAttentionAvx512RowsForTesting(true);
 }
 
 TEST(PagedAttentionTest, Bf16KvMatchesReference) {
-  const std::vector<Case> cases = {{4, 4, 64}, {8, 2, 24}, {32, 4, 64}, {16, 16, 128},
-                                   {6, 3, 40}, {55, 55, 96}, {4, 1, 7}};
-  uint32_t seed = 1;
-  for (const Case& c : cases) RunCase(c, seed++, DType::kBF16);
+  for (const bool wide : RowWidths()) {
+    SCOPED_TRACE(wide ? "16 lanes" : "8 lanes");
+    internal::SetPagedAttentionAvx512RowsForTesting(wide);
+    uint32_t seed = 1;
+    for (const Case& c : kRowCases) RunCase(c, seed++, DType::kBF16);
+  }
+  internal::SetPagedAttentionAvx512RowsForTesting(true);
+}
+
+// The two widths are different kernels: on a CPU that has both, they agree to f32 rounding,
+// not bit for bit (so a test of one is not silently a test of the other).
+TEST(PagedAttentionTest, SixteenLanesAreADifferentKernelThanEight) {
+  if (!internal::PagedAttentionAvx512RowsSupported()) GTEST_SKIP() << "no AVX-512F/BW/VL here";
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const int64_t hd = 64, keys = 200, row = 2 * hd;
+  std::vector<float> k(static_cast<size_t>(keys * row)), v(k.size()), q(4 * hd), a(q.size()), b(q.size());
+  for (float& x : k) x = u(rng);
+  for (float& x : v) x = u(rng);
+  for (float& x : q) x = u(rng);
+  std::vector<int32_t> table(keys / 16 + 1);
+  std::iota(table.begin(), table.end(), 0);
+  const PagedKvView view{k.data(), v.data(), 16 * row, row, 16};
+  const KeySegment seg{table.data(), 0, keys, nullptr, 0};
+  PagedAttentionRow r{q.data(), a.data(), 0, 1};
+  const AttentionShape shape{4, 2, hd, 0.125f};
+  internal::SetPagedAttentionAvx512RowsForTesting(true);
+  PagedAttention(shape, view, &r, 1, &seg);
+  r.out = b.data();
+  internal::SetPagedAttentionAvx512RowsForTesting(false);
+  PagedAttention(shape, view, &r, 1, &seg);
+  internal::SetPagedAttentionAvx512RowsForTesting(true);
+  EXPECT_NE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  EXPECT_LE(MaxAbsDiff(a, b), 1e-5);
 }
 
 // Prefill-shaped calls: runs of consecutive prompt positions (causal ends) of several
