@@ -26,10 +26,14 @@ double ReclaimAfter(const BudgetBenchOptions& opt) {
   return opt.reclaim_after_s >= 0 ? opt.reclaim_after_s : 0.75 * opt.warm_s;
 }
 
-// Requests of the workload's shapes (outputs cut to max_output) with the bench's exit rule.
+// Requests of the workload's shapes (outputs cut to max_output, prompts to max_prompt) with
+// the bench's exit rule.
 std::vector<RequestSpec> Specs(const ModelSpec& spec, const BudgetBenchOptions& opt, int64_t n, uint64_t seed) {
   std::vector<RequestShape> shapes = GenerateWorkload(opt.workload, n, seed);
-  for (RequestShape& s : shapes) s.output = std::min(s.output, opt.max_output);
+  for (RequestShape& s : shapes) {
+    s.output = std::min(s.output, opt.max_output);
+    if (opt.max_prompt > 0) s.prompt = std::min(s.prompt, opt.max_prompt);
+  }
   std::vector<RequestSpec> out = MakeRequests(shapes, spec, ExitTraceOptions{}, seed);
   for (RequestSpec& r : out) {
     if (spec.loop.looped) {
@@ -201,6 +205,7 @@ Status BudgetBenchOptions::Validate() const {
   if (!(reclaim_s > 0)) return Status::Error("--reclaim-s: must be > 0");
   if (!(bin_s > 0)) return Status::Error("--bin: must be > 0");
   if (max_output < 1) return Status::Error("--max-output: must be at least 1");
+  if (max_prompt < 0) return Status::Error("--max-prompt: must be at least 1 (or 0: not cut)");
   return engine.budget.Validate();
 }
 

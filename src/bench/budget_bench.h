@@ -52,6 +52,8 @@ struct BudgetBenchOptions {
   EngineOptions engine;                     // budget_control is set per policy
   WorkloadKind workload = WorkloadKind::kAlpaca;
   int64_t max_output = 128;                 // output lengths are cut to this
+  int64_t max_prompt = 0;                   // prompt lengths are cut to this; 0: not cut (a
+                                            // model with few positions needs it)
   double exit_threshold = 1.0;              // each request's Ouro q / Huginn t at b = 1
   int32_t min_depth = 1;
   ServiceTier tier = ServiceTier::kDefault;

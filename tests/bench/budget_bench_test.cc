@@ -65,14 +65,18 @@ TEST(BudgetBenchReport, LoadHasTheBurstAndTheDeadlines) {
   ModelSpec spec;
   spec.vocab = 256;
   spec.eos_id = 0;
+  o.max_prompt = 12;
   const std::vector<bench::LoadRequest> load = bench::MakeLoad(spec, o, 2.0, 0.05);
-  int64_t warm = 0, burst = 0, after = 0;
+  int64_t warm = 0, burst = 0, after = 0, cut = 0;
   for (const bench::LoadRequest& r : load) {
     (r.arrival < 20 ? warm : r.arrival < 40 ? burst : after) += 1;
     EXPECT_EQ(r.burst, r.arrival >= 20 && r.arrival < 40);
     EXPECT_DOUBLE_EQ(r.deadline, 20 * r.spec.max_tokens * 0.05);
     EXPECT_LE(r.spec.max_tokens, o.max_output);
+    EXPECT_LE(static_cast<int64_t>(r.spec.prompt.size()), o.max_prompt);
+    cut += static_cast<int64_t>(r.spec.prompt.size()) == o.max_prompt;
   }
+  EXPECT_GT(cut, 0);  // Alpaca's prompts are mostly longer than 12 tokens
   // 40 expected per base phase, 120 in the burst (Poisson: wide bounds).
   EXPECT_GT(burst, 2 * warm);
   EXPECT_GT(burst, 2 * after);

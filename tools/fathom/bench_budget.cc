@@ -17,7 +17,7 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kUsage =
-    "fathom bench budget --model DIR [--workload alpaca] [--max-output 128] [--exit-threshold 1]\n"
+    "fathom bench budget --model DIR [--workload alpaca] [--max-output 128] [--max-prompt N] [--exit-threshold 1]\n"
     "                    [--tier default] [--rate R | --load 1] [--burst-factor 3] [--warm 15 --burst 30 --after 30]\n"
     "                    [--deadline-factor 20] [--tpot-ms T] [--low-budget B] [--reclaim-at S --reclaim-s 10]\n"
     "                    [--no-reclaim] [--out FILE] [--json] [--quiet]";
@@ -49,6 +49,7 @@ struct BudgetArgs {
     f.String("--model", &model_dir, "Hugging Face model directory of a looped model or an L2A gate checkpoint");
     f.String("--workload", &workload, "request shapes: alpaca (default), sharegpt, arxiv");
     f.Int("--max-output", &o.max_output, "output lengths cut to this (default 128)", 1, 1 << 20);
+    f.Int("--max-prompt", &o.max_prompt, "prompt lengths cut to this (default: not cut)", 1, 1 << 20);
     f.Double("--exit-threshold", &o.exit_threshold, "each request's exit threshold at b = 1 (default 1: full depth)", 0,
              1e9);
     f.Int("--min-depth", &min_depth, "no exit before this loop step (default 1)", 1, 4096);
