@@ -90,7 +90,10 @@ bool Scheduler::WaitsBefore(RequestId a, RequestId b) const {
 }
 
 void Scheduler::Enqueue(RequestId id) {
-  auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](RequestId w) { return WaitsBefore(id, w); });
+  // waiting_ is kept sorted by WaitsBefore (a strict weak order), so the first request that
+  // `id` waits before is found by binary search: a long queue costs log n per arrival.
+  auto pos = std::upper_bound(waiting_.begin(), waiting_.end(), id,
+                              [&](RequestId a, RequestId w) { return WaitsBefore(a, w); });
   waiting_.insert(pos, id);
 }
 
@@ -121,11 +124,14 @@ RequestId Scheduler::NewestHolder(const Plan& plan, RequestId exclude) const {
 
 bool Scheduler::PlanPrefill(Plan* plan) const {
   int64_t budget = cfg_.prefill_budget, free = free_blocks_, reserve = 0;
-  for (RequestId id : active_) {
-    const Req& r = request(id);
-    if (r.queue != Req::Queue::kWaiting && r.kv_len > 0)
-      reserve += GrowCost(r, r.kv_len + cfg_.reserve_tokens);
-  }
+  // The requests past prefill that hold KV: every unfinished request is in exactly one queue
+  // (CheckInvariants), so these are the ready, looping and coda ones, not the whole active
+  // list (which a long waiting queue makes long).
+  for (const std::vector<RequestId>* q : {&ready_, &loop_, &coda_})
+    for (RequestId id : *q) {
+      const Req& r = request(id);
+      if (r.kv_len > 0) reserve += GrowCost(r, r.kv_len + cfg_.reserve_tokens);
+    }
   for (RequestId id : waiting_) {
     if (budget == 0) break;
     const Req& r = request(id);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "sched/scheduler.h"
@@ -72,6 +73,30 @@ TEST(WaitOrder, TierThenEarliestDeadlineThenArrival) {
   ASSERT_TRUE(s.AddRequest(Req(1, kNone)).ok());  // 5 default, no deadline, later arrival
   EXPECT_EQ(s.waiting(), (std::vector<RequestId>{3, 2, 1, 4, 5, 0}));
   EXPECT_EQ(PrefillOrder(s), (std::vector<RequestId>{3, 2, 1, 4, 5, 0}));
+}
+
+// Many arrivals with repeated tiers and deadlines (ties decided by arrival): the queue is
+// the requests sorted by (tier, deadline, arrival), whatever search Enqueue uses.
+TEST(WaitOrder, ManyArrivalsAreKeptSorted) {
+  Scheduler s(Config(WaitOrder::kTierDeadline, 100000));
+  std::mt19937 rng(3);
+  struct Key { int32_t rank; double deadline; RequestId id; };
+  std::vector<Key> keys;
+  for (int i = 0; i < 400; ++i) {
+    const auto rank = static_cast<int32_t>(rng() % 3);
+    const double deadline = rng() % 4 == 0 ? kNone : static_cast<double>(rng() % 20);
+    Result<RequestId> id = s.AddRequest(Req(rank, deadline));
+    ASSERT_TRUE(id.ok());
+    keys.push_back({rank, deadline, *id});
+  }
+  std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+    if (a.rank != b.rank) return a.rank < b.rank;
+    if (a.deadline != b.deadline) return a.deadline < b.deadline;
+    return a.id < b.id;
+  });
+  std::vector<RequestId> want;
+  for (const Key& k : keys) want.push_back(k.id);
+  EXPECT_EQ(s.waiting(), want);
 }
 
 TEST(WaitOrder, FifoIgnoresTiersAndDeadlines) {
