@@ -168,25 +168,19 @@ std::vector<bool> RowWidths() {
 const std::vector<Case> kRowCases = {{4, 4, 64}, {8, 2, 24}, {32, 4, 64}, {16, 16, 128}, {6, 3, 40},
                                      {55, 55, 96}, {4, 1, 7}, {2, 1, 80}, {8, 4, 16}, {3, 3, 33}};
 
-TEST(PagedAttentionTest, MatchesReference) {
+void RunRowCases(DType kv_dtype) {
   for (const bool wide : RowWidths()) {
     SCOPED_TRACE(wide ? "16 lanes" : "8 lanes");
     internal::SetPagedAttentionAvx512RowsForTesting(wide);
     uint32_t seed = 1;
-    for (const Case& c : kRowCases) RunCase(c, seed++, DType::kF32);
+    for (const Case& c : kRowCases) RunCase(c, seed++, kv_dtype);
   }
   internal::SetPagedAttentionAvx512RowsForTesting(true);
 }
 
-TEST(PagedAttentionTest, Bf16KvMatchesReference) {
-  for (const bool wide : RowWidths()) {
-    SCOPED_TRACE(wide ? "16 lanes" : "8 lanes");
-    internal::SetPagedAttentionAvx512RowsForTesting(wide);
-    uint32_t seed = 1;
-    for (const Case& c : kRowCases) RunCase(c, seed++, DType::kBF16);
-  }
-  internal::SetPagedAttentionAvx512RowsForTesting(true);
-}
+TEST(PagedAttentionTest, MatchesReference) { RunRowCases(DType::kF32); }
+
+TEST(PagedAttentionTest, Bf16KvMatchesReference) { RunRowCases(DType::kBF16); }
 
 // The two widths are different kernels: on a CPU that has both, they agree to f32 rounding,
 // not bit for bit (so a test of one is not silently a test of the other).
