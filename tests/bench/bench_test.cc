@@ -2,11 +2,14 @@
 #include <cmath>
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include "bench/driver.h"
 #include "bench/model_flops.h"
+#include "bench/roofline.h"
 #include "bench/speedup.h"
 #include "bench/workload.h"
+#include "core/compute_peak.h"
 #include "model/family.h"
 
 namespace fathom::bench {
@@ -231,6 +234,75 @@ TEST(Flops, RealShapesMatchPublishedRatios) {
   EXPECT_NEAR(o.f0() / o.fr(), 0.082, 0.002);
   const StageFlops h = CountFlops(PresetSpec("huginn", "huginn-0125"));
   EXPECT_NEAR(h.f0() / h.fr(), 1.18, 0.01);
+}
+
+TEST(Roofline, TinyLlamaDecodeStepByHand) {
+  // TinyLlama: hidden 2048, 32 heads x 64, 4 KV heads, MLP 5632, 22 layers, vocab 32000.
+  const ModelSpec s = PresetSpec("llama", "tinyllama-1.1b");
+  const double params = 2048.0 * 2048 * 2 + 2048.0 * 256 * 2 + 3 * 2048.0 * 5632;  // q o, k v, mlp
+  ASSERT_DOUBLE_EQ(params, 44040192);
+  const double ctx = 192.5;
+  const DecodeStepWork w = CountDecodeStep(s, 1, 4, ctx, 2.2e9, 2);
+  EXPECT_DOUBLE_EQ(w.weight_bytes, 2.2e9);
+  EXPECT_DOUBLE_EQ(w.layer_ops, 4 * 22 * 2 * params);
+  EXPECT_DOUBLE_EQ(w.head_ops, 4 * 2.0 * 2048 * 32000);
+  EXPECT_DOUBLE_EQ(w.attention_ops, 4 * 22 * 4.0 * 2048 * ctx);   // QK^T and PV over 32 x 64
+  EXPECT_DOUBLE_EQ(w.kv_bytes, 4 * 22 * ctx * 2 * 256 * 2.0);      // K and V, 4 x 64, bf16
+}
+
+TEST(Roofline, LoopedModelsCountTheCoreOncePerStep) {
+  // Ouro-1.4B: 24 layers, all in the loop; 16 heads x 128 (MHA); 4 steps.
+  const ModelSpec s = PresetSpec("ouro", "ouro-1.4b");
+  const DecodeStepWork one = CountDecodeStep(s, 1, 1, 100, 0, 4);
+  const DecodeStepWork four = CountDecodeStep(s, 4, 1, 100, 0, 4);
+  EXPECT_DOUBLE_EQ(four.head_ops, one.head_ops);  // the LM head runs once per token
+  EXPECT_DOUBLE_EQ(four.layer_ops, 4 * one.layer_ops);
+  EXPECT_DOUBLE_EQ(four.attention_ops, 4 * 24 * 4.0 * 2048 * 100);
+  EXPECT_DOUBLE_EQ(four.kv_bytes, 4 * 24 * 100 * 2 * 2048 * 4.0);
+}
+
+TEST(Roofline, TheSlowerBoundWinsAndEachPartUsesItsOwnPeak) {
+  DecodeStepWork w;
+  w.weight_bytes = 0.9e9;
+  w.kv_bytes = 0.1e9;       // 1 GB at 10 GB/s: 0.1 s
+  w.layer_ops = 100e9;      // at 1000 (bf16) or 500 (f32) GOP/s
+  w.head_ops = 10e9;        // at 500 (f32)
+  w.attention_ops = 5e9;    // always f32: 500
+  const ComputePeak peak{500, 1000, 4000};
+  const Roofline r = DecodeRoofline(w, Arithmetic::kBf16Dot, Arithmetic::kF32Fma, 10, peak);
+  EXPECT_DOUBLE_EQ(r.memory_s, 0.1);
+  EXPECT_DOUBLE_EQ(r.compute_s, 0.1 + 0.02 + 0.01);
+  EXPECT_TRUE(r.compute_bound());
+  EXPECT_DOUBLE_EQ(r.seconds(), 0.13);
+  const Roofline q = DecodeRoofline(w, Arithmetic::kInt8Dot, Arithmetic::kInt8Dot, 10, peak);
+  EXPECT_DOUBLE_EQ(q.compute_s, 0.025 + 0.0025 + 0.01);
+  EXPECT_FALSE(q.compute_bound());
+  EXPECT_DOUBLE_EQ(q.seconds(), 0.1);
+}
+
+TEST(ComputePeak, MeasuredPeaksAreBetweenOneGigaOpAndTheCoresTheoreticalRate) {
+  // Upper bound: every OpenMP thread on its own core at 6 GHz issuing two vector
+  // instructions per cycle (two FMA pipes; Zen 5 and Sapphire Rapids have two). A probe that
+  // miscounted its operations or let the compiler drop its loop would land outside.
+  const ComputePeak p = MeasureComputePeak(0.02, 2);
+  const int threads = omp_get_max_threads();
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  const double f32_lanes = avx512 ? 16 : 8;
+  const double max_f32 = threads * 6.0 * 2 * f32_lanes * 2;
+  EXPECT_GT(p.f32_gflops, 1);
+  EXPECT_LT(p.f32_gflops, max_f32);
+  const bool bf16 = avx512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+  if (bf16) {
+    EXPECT_GT(p.bf16_gflops, 1);
+    EXPECT_LT(p.bf16_gflops, threads * 6.0 * 2 * 32 * 2);
+  } else {
+    EXPECT_EQ(p.bf16_gflops, 0);
+  }
+  const bool vnni = avx512 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+  EXPECT_GT(p.int8_gops, 1);
+  EXPECT_LT(p.int8_gops, threads * 6.0 * 2 * (vnni ? 64 : 32) * 2);
+  EXPECT_EQ(p.of(Arithmetic::kBf16Dot), p.bf16_gflops);
+  EXPECT_EQ(p.of(Arithmetic::kInt8Dot), p.int8_gops);
 }
 
 TEST(Driver, PoissonArrivalsAndRequests) {

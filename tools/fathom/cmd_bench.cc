@@ -6,8 +6,10 @@
 #include "bench_commands.h"
 #include "bench_harness.h"
 #include "commands.h"
-#include "core/bandwidth.h"
+#include "bench/roofline.h"
 #include "bench/speedup.h"
+#include "core/bandwidth.h"
+#include "core/compute_peak.h"
 #include "exec/generate.h"
 #include "engine_flags.h"
 #include "flags.h"
@@ -40,12 +42,26 @@ struct DecodeArgs {
   }
 };
 
-// Every batch size's run, between two bandwidth measurements.
+// Every batch size's run, between two measurements of the bandwidth and compute peaks.
 struct DecodeRuns {
   std::vector<BatchDecodeResult> results;
   Bandwidth before, after;
+  ComputePeak peak_before, peak_after;
   double bandwidth() const { return std::max(before.best(), after.best()); }
+  ComputePeak peak() const {
+    return {std::max(peak_before.f32_gflops, peak_after.f32_gflops),
+            std::max(peak_before.bf16_gflops, peak_after.bf16_gflops),
+            std::max(peak_before.int8_gops, peak_after.int8_gops)};
+  }
 };
+
+// The arithmetic a Linear's Forward runs in (which peak bounds it).
+Arithmetic ArithmeticOf(const Linear& l) {
+  if (l.weight_format() == WeightFormat::kW8A8 || l.weight_format() == WeightFormat::kInt4)
+    return Arithmetic::kInt8Dot;
+  if (!l.batch_invariant() && l.compute_dtype() == DType::kBF16) return Arithmetic::kBf16Dot;
+  return Arithmetic::kF32Fma;
+}
 
 Result<DecodeRuns> MeasureDecode(const Model& m, const DecodeArgs& a, const std::vector<int64_t>& batches, int32_t r,
                                  const EngineOptions& o) {
@@ -53,6 +69,7 @@ Result<DecodeRuns> MeasureDecode(const Model& m, const DecodeArgs& a, const std:
   FATHOM_RETURN_IF_ERROR(RunBatchDecode(m, 1, 16, 4, r, o.layout, a.prefill_tokens, o.kv_dtype).status());
   DecodeRuns runs;
   runs.before = MeasureBandwidth();
+  runs.peak_before = MeasureComputePeak();
   for (int64_t b : batches) {
     FATHOM_ASSIGN_OR_RETURN(BatchDecodeResult res,
                             RunBatchDecode(m, static_cast<int32_t>(b), a.prompt, a.gen, r, o.layout,
@@ -60,6 +77,7 @@ Result<DecodeRuns> MeasureDecode(const Model& m, const DecodeArgs& a, const std:
     runs.results.push_back(res);
   }
   runs.after = MeasureBandwidth();
+  runs.peak_after = MeasureComputePeak();
   return runs;
 }
 
@@ -68,16 +86,32 @@ void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, in
   const double bytes_per_step = static_cast<double>(m.prelude_weight_bytes() +
                                                     static_cast<size_t>(r) * m.core_step_weight_bytes() +
                                                     m.coda_weight_bytes());
+  const ComputePeak peak = runs.peak();
+  const Arithmetic layer_arith = ArithmeticOf(m.weights().layers.front().gate_up);
+  const Arithmetic head_arith = ArithmeticOf(m.weights().lm_head);
+  const double kv_value_bytes = static_cast<double>(DTypeSize(o.kv_dtype));
+  // Decode token g (0-based) sits at position prompt + g and attends prompt + g + 1 positions.
+  const double context = static_cast<double>(a.prompt) + static_cast<double>(a.gen + 1) / 2;
   nlohmann::json rows = nlohmann::json::array();
   for (const BatchDecodeResult& res : runs.results) {
     const double gbs = bytes_per_step / res.decode_step_s / 1e9;
+    const bench::DecodeStepWork work =
+        bench::CountDecodeStep(m.spec(), r, res.batch, context, bytes_per_step, kv_value_bytes);
+    const bench::Roofline roof = bench::DecodeRoofline(work, layer_arith, head_arith, bw, peak);
     rows.push_back({{"batch", res.batch},
                     {"prompt_tokens_per_s", res.prompt_tok_s},
                     {"decode_tokens_per_s", res.decode_tok_s},
                     {"decode_step_ms", res.decode_step_s * 1e3},
                     {"weight_gbs", gbs},
                     {"decode_matmul_fraction", res.decode_matmul_fraction},
-                    {"fraction_of_bandwidth", gbs / bw}});
+                    {"fraction_of_bandwidth", gbs / bw},
+                    {"kv_bytes_per_step", work.kv_bytes},
+                    {"ops_per_step", work.layer_ops + work.head_ops + work.attention_ops},
+                    {"roofline_step_ms", roof.seconds() * 1e3},
+                    {"roofline_memory_ms", roof.memory_s * 1e3},
+                    {"roofline_compute_ms", roof.compute_s * 1e3},
+                    {"roofline_bound", roof.compute_bound() ? "compute" : "memory"},
+                    {"fraction_of_roofline", roof.seconds() / res.decode_step_s}});
   }
   if (a.json) {
     nlohmann::json j = {{"model", a.model_dir},
@@ -94,6 +128,11 @@ void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, in
                         {"bandwidth_read_gbs", std::max(runs.before.read_gbs, runs.after.read_gbs)},
                         {"bandwidth_copy_gbs", std::max(runs.before.copy_gbs, runs.after.copy_gbs)},
                         {"bandwidth_triad_gbs", std::max(runs.before.triad_gbs, runs.after.triad_gbs)},
+                        {"peak_f32_gflops", peak.f32_gflops},
+                        {"peak_bf16_gflops", peak.bf16_gflops},
+                        {"peak_int8_gops", peak.int8_gops},
+                        {"layer_arithmetic", std::string(ArithmeticName(layer_arith))},
+                        {"head_arithmetic", std::string(ArithmeticName(head_arith))},
                         {"results", rows}};
     std::printf("%s\n", j.dump().c_str());
     return;
@@ -103,14 +142,20 @@ void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, in
               static_cast<long long>(a.prompt), static_cast<long long>(a.gen), KvDtypeName(o.kv_dtype).data(),
               a.load.weights.c_str(), bytes_per_step / 1e6);
   std::printf("memory bandwidth (best of read/copy/triad, before and after): %.1f GB/s\n", bw);
+  std::printf("compute peaks (all threads, before and after): f32 FMA %.1f, bf16 dot %.1f GFLOP/s, int8 dot %.1f "
+              "GOP/s; layers run %s, the LM head %s\n",
+              peak.f32_gflops, peak.bf16_gflops, peak.int8_gops, ArithmeticName(layer_arith).data(),
+              ArithmeticName(head_arith).data());
   if (m.spec().l2a.enabled) std::printf("L2A gates at budget %.3f\n", a.budget);
-  std::printf("%6s %12s %12s %12s %10s %8s %10s\n", "batch", "prompt tok/s", "decode tok/s", "step ms",
-              "weight GB/s", "of bw", "matmul");
+  std::printf("%6s %12s %12s %12s %10s %8s %12s %8s %12s %10s\n", "batch", "prompt tok/s", "decode tok/s", "step ms",
+              "weight GB/s", "of bw", "roofline ms", "bound", "of roofline", "matmul");
   for (const auto& row : rows)
-    std::printf("%6d %12.1f %12.2f %12.2f %10.1f %7.1f%% %9.1f%%\n", row["batch"].get<int>(),
+    std::printf("%6d %12.1f %12.2f %12.2f %10.1f %7.1f%% %12.2f %8s %11.1f%% %9.1f%%\n", row["batch"].get<int>(),
                 row["prompt_tokens_per_s"].get<double>(), row["decode_tokens_per_s"].get<double>(),
                 row["decode_step_ms"].get<double>(), row["weight_gbs"].get<double>(),
-                100 * row["fraction_of_bandwidth"].get<double>(), 100 * row["decode_matmul_fraction"].get<double>());
+                100 * row["fraction_of_bandwidth"].get<double>(), row["roofline_step_ms"].get<double>(),
+                row["roofline_bound"].get<std::string>().c_str(), 100 * row["fraction_of_roofline"].get<double>(),
+                100 * row["decode_matmul_fraction"].get<double>());
 }
 
 int RunBenchDecode(const std::vector<std::string>& args) {
@@ -122,7 +167,10 @@ int RunBenchDecode(const std::vector<std::string>& args) {
                 "For each batch size B: B sequences of --prompt tokens are prefilled, then decode\n"
                 "--gen tokens each in lockstep (every token at full depth). Reports prompt and\n"
                 "decode tokens/s, and the decode step's weight bytes per second as a fraction of\n"
-                "the memory bandwidth measured in the same run (copy/triad/read loops). An L2A gate\n"
+                "the memory bandwidth measured in the same run (copy/triad/read loops), and the step\n"
+                "time against its roofline: max(bytes / bandwidth, operations / compute peak), where the\n"
+                "bytes are the weights and the K/V read, the operations those of the matmuls and attention,\n"
+                "and the peaks (f32 FMA, bf16 and int8 dot products) are measured in the same run. An L2A gate\n"
                 "checkpoint runs every token at --budget B and reports the layer matmul flops its gates\n"
                 "ran in decode, as a fraction of the same tokens through the ungated model.");
   a.Declare(flags);
