@@ -18,6 +18,9 @@ input_layernorm):
 LoRA (rank r, alpha; --lora-targets, default q_proj v_proj o_proj down_proj) adds
 (alpha / r) B A x to those base projections of every layer; exported as separate
 lora_A / lora_B tensors (fathom merges them at load).  The base tensors are never changed.
+--lora-budget-ramp B_FULL,B_OFF scales a row's LoRA by s(b) (1 at b <= B_FULL, 0 at b >= B_OFF,
+linear between; lora.budget_ramp in the export), so that at b = 1 the model is the dense base
+with every gate it keeps on; fathom then keeps the LoRA apart and adds each token's share.
 
 Gates in training: hard in the forward (the decisions above, exactly), straight-through in the
 backward: g = 1[z > 0] + (s - s.detach()), s = sigmoid(z), so the forward value is exactly 0 or 1
@@ -120,6 +123,16 @@ class Router(nn.Module):
         return self.fc(u)
 
 
+def lora_budget_scale(b, ramp):
+    """s(b), the share of the LoRA a row at budget b runs with (docs/L2A_FORMAT.md): 1 without a
+    ramp; with lora.budget_ramp = [b_full, b_off], 1 at b <= b_full, 0 at b >= b_off, linear
+    between.  b: tensor [B]."""
+    if ramp is None:
+        return torch.ones_like(b)
+    lo, hi = ramp
+    return ((hi - b) / (hi - lo)).clamp(0.0, 1.0)
+
+
 def layer_flops(cfg, T):
     """{qkv, core, o, mlp} flops per token of one layer; core at the mean context (T+1)/2."""
     E, H, Hkv, I = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["intermediate_size"]
@@ -149,8 +162,11 @@ class L2A(nn.Module):
         lora = l2a.get("lora")
         self.lora = nn.ParameterDict()
         self.lora_scale = 0.0
+        self.lora_ramp = None  # (b_full, b_off): the LoRA's share falls from 1 to 0 between them
         if lora:
             self.lora_scale = float(lora["alpha"]) / int(lora["rank"])
+            if lora.get("budget_ramp") is not None:
+                self.lora_ramp = tuple(float(v) for v in lora["budget_ramp"])
             for i, layer in enumerate(self.base.model.layers):
                 for t in lora["targets"]:
                     lin = getattr(layer.self_attn if t in ATTN_T else layer.mlp, t)
@@ -204,11 +220,13 @@ class L2A(nn.Module):
     def trainable(self):
         return list(self.routers.parameters()) + list(self.lora.values())
 
-    def proj(self, i, mod, name, x, use_lora):
+    def proj(self, i, mod, name, x, lora_s):
+        """The base projection plus, where lora_s is given ([B, 1, 1]: each row's s(b)), its LoRA."""
         y = getattr(mod, name)(x)
         key = f"{i}_{name}_A"
-        if use_lora and key in self.lora:
-            y = y + self.lora_scale * fastmm.linear(fastmm.linear(x, self.lora[key]), self.lora[f"{i}_{name}_B"])
+        if lora_s is not None and key in self.lora:
+            d = fastmm.linear(fastmm.linear(x, self.lora[key]), self.lora[f"{i}_{name}_B"])
+            y = y + self.lora_scale * (d if self.lora_ramp is None else lora_s * d)
         return y
 
     def forward(self, ids, b=None, teacher=False, exact=False, drop=frozenset(), need_gates=False, anchor_taus=None):
@@ -228,13 +246,14 @@ class L2A(nn.Module):
         c = x.new_zeros(Bn, T)
         decisions = []
         anchor, n_anchor = x.new_zeros(()), 0
-        use_lora = not teacher
+        lora_s = None  # each row's LoRA share s(b) [B, 1, 1]; None: no LoRA (the teacher)
         mask = torch.ones(T, T, dtype=torch.bool).tril()
         if not teacher:
             bt = torch.full((Bn,), float(b)) if not torch.is_tensor(b) else b.reshape(-1).float()
             if bt.numel() == 1:
                 bt = bt.expand(Bn)
             ph = phi(bt, self.K)[:, None, :].expand(Bn, T, -1)
+            lora_s = lora_budget_scale(bt, self.lora_ramp)[:, None, None]
         for i, layer in enumerate(self.base.model.layers):
             att = layer.self_attn
             h = layer.input_layernorm(x)
@@ -270,9 +289,9 @@ class L2A(nn.Module):
             m_on = g_mlp if g_mlp is not None else 1.0
             c = c + (a_on * (fl["qkv"] + (fl["core"] + fl["o"]) * keep) + m_on * fl["mlp"]) / tot
             if not (("attention", i) in drop):
-                q = models.rope_neox(self.proj(i, att, "q_proj", h, use_lora).view(Bn, T, self.H, self.D).transpose(1, 2), cos, sin)
-                kk = models.rope_neox(self.proj(i, att, "k_proj", h, use_lora).view(Bn, T, att.Hkv, self.D).transpose(1, 2), cos, sin)
-                v = self.proj(i, att, "v_proj", h, use_lora).view(Bn, T, att.Hkv, self.D).transpose(1, 2)
+                q = models.rope_neox(self.proj(i, att, "q_proj", h, lora_s).view(Bn, T, self.H, self.D).transpose(1, 2), cos, sin)
+                kk = models.rope_neox(self.proj(i, att, "k_proj", h, lora_s).view(Bn, T, att.Hkv, self.D).transpose(1, 2), cos, sin)
+                v = self.proj(i, att, "v_proj", h, lora_s).view(Bn, T, att.Hkv, self.D).transpose(1, 2)
                 rep = self.H // att.Hkv
                 if rep > 1:
                     kk, v = kk.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -282,12 +301,12 @@ class L2A(nn.Module):
                 if g_heads is not None:
                     y = y * g_heads.transpose(1, 2)[..., None]
                 y = y.transpose(1, 2).reshape(Bn, T, self.H * self.D)
-                a = self.proj(i, att, "o_proj", y, use_lora)
+                a = self.proj(i, att, "o_proj", y, lora_s)
                 x = x + (a * g_attn[..., None] if g_attn is not None else a)
             if not (("mlp", i) in drop):
                 h2 = layer.post_attention_layernorm(x)
-                m = self.proj(i, layer.mlp, "down_proj", F.silu(self.proj(i, layer.mlp, "gate_proj", h2, use_lora))
-                              * self.proj(i, layer.mlp, "up_proj", h2, use_lora), use_lora)
+                m = self.proj(i, layer.mlp, "down_proj", F.silu(self.proj(i, layer.mlp, "gate_proj", h2, lora_s))
+                              * self.proj(i, layer.mlp, "up_proj", h2, lora_s), lora_s)
                 x = x + (m * g_mlp[..., None] if g_mlp is not None else m)
         out = {"logits": self.base.lm_head(self.base.model.norm(x)), "compute": c}
         if anchor_taus is not None:
@@ -330,6 +349,8 @@ def l2a_block(a):
         blk["skipped_attention_kv"] = "compute"
     if a.lora_rank > 0:
         blk["lora"] = {"rank": a.lora_rank, "alpha": a.lora_alpha, "targets": list(a.lora_targets)}
+        if a.lora_budget_ramp:
+            blk["lora"]["budget_ramp"] = list(a.lora_budget_ramp)
     return blk
 
 
@@ -868,6 +889,9 @@ def main(argv=None):
     ap.add_argument("--lora-rank", type=int, default=8, help="0: no LoRA")
     ap.add_argument("--lora-alpha", type=float, default=16.0)
     ap.add_argument("--lora-targets", default="q_proj,v_proj,o_proj,down_proj")
+    ap.add_argument("--lora-budget-ramp", default="",
+                    help="B_FULL,B_OFF: the LoRA runs in full at b <= B_FULL, not at all at b >= B_OFF, linearly "
+                         "between (lora.budget_ramp; fathom then keeps it apart from the base weights)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--ckpt-minutes", type=float, default=10.0)
@@ -888,6 +912,13 @@ def main(argv=None):
     a = ap.parse_args(argv)
     a.gates = [g for g in GATE_ORDER if g in a.gates.split(",")]
     a.lora_targets = [t for t in a.lora_targets.split(",") if t]
+    if a.lora_budget_ramp:
+        try:
+            a.lora_budget_ramp = [float(v) for v in a.lora_budget_ramp.split(",")]
+        except ValueError:
+            ap.error(f"--lora-budget-ramp: expected B_FULL,B_OFF, found {a.lora_budget_ramp!r}")
+        if len(a.lora_budget_ramp) != 2 or not 0 <= a.lora_budget_ramp[0] < a.lora_budget_ramp[1] <= 1:
+            ap.error(f"--lora-budget-ramp: expected 0 <= B_FULL < B_OFF <= 1, found {a.lora_budget_ramp}")
     torch.set_num_threads(a.threads)
     if a.plot_runs:
         plot_runs(a.plot_runs, a.plot_out)

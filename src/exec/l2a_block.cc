@@ -13,6 +13,9 @@
 // Under `mask` a row that skips attention writes no K/V at this layer and its position is
 // recorded as not ran (attn_ran), which ResolveAttention turns into a key mask for every
 // later query, rows of the same prefill chunk included (recorded before any row attends).
+//
+// LoRA with a budget ramp (l2a.lora.budget_ramp) is not merged into W: after each adapted
+// matmul over its gathered rows, every row adds its share s(b) of B (A x) (AddLora).
 #include <algorithm>
 #include <cmath>
 
@@ -24,6 +27,27 @@
 #include "model/l2a.h"
 
 namespace fathom {
+namespace {
+
+// y [m, ld] += share[j] * B (A x_j) for every adapter, at its column offset, for the m rows of
+// x [m, in]. A row whose share is 0 gains exactly 0; a call where every share is 0 does no work.
+void AddLora(const std::vector<LoraAdapter>& adapters, const float* x, int64_t m, const float* share,
+             FixedVector<float>& t_buf, FixedVector<float>& u_buf, float* y, int64_t ld) {
+  if (adapters.empty() || std::all_of(share, share + m, [](float s) { return s == 0.f; })) return;
+  for (const LoraAdapter& ad : adapters) {
+    const int64_t r = ad.a.out_features(), out = ad.b.out_features();
+    float* t = t_buf.First(m * r);
+    float* u = u_buf.First(m * out);
+    ad.a.Forward(x, m, t);
+    for (int64_t j = 0; j < m; ++j)
+      for (int64_t k = 0; k < r; ++k) t[j * r + k] *= share[j];
+    ad.b.Forward(t, m, u);
+    for (int64_t j = 0; j < m; ++j)
+      for (int64_t o = 0; o < out; ++o) y[j * ld + ad.offset + o] += u[j * out + o];
+  }
+}
+
+}  // namespace
 
 void StageRunner::GatedBlock(int32_t layer, Rows rows, float* x) {
   const LayerWeights& w = m_.weights().layers[static_cast<size_t>(layer)];
@@ -80,7 +104,16 @@ void StageRunner::GatedBlock(int32_t layer, Rows rows, float* x) {
   float* q = st_.q.First(m * qd);
   float* k = st_.k.First(m * kvd);
   int32_t* pos = st_.pos.First(m);
+  // Each row's LoRA share, by the rows of the sub-layer at hand (only with a budget ramp).
+  const bool ramp = l2a.lora_ramp;
+  float* share = ramp ? st_.lora_share.First(n) : nullptr;
+  const auto shares_of = [&](const FixedVector<int64_t>* sub, int64_t count) {
+    for (int64_t j = 0; j < count; ++j)
+      share[j] = static_cast<float>(l2a.lora_share(rows[static_cast<size_t>(sub ? (*sub)[j] : j)].budget));
+    return share;
+  };
   if (m > 0) w.qkv.Forward(hk, m, qkv);
+  if (ramp && m > 0) AddLora(w.qkv_lora, hk, m, shares_of(&kv_rows, m), st_.lora_t, st_.lora_u, qkv, qkv_w);
   for (int64_t j = 0; j < m; ++j) {
     std::copy_n(qkv + j * qkv_w, qd, q + j * qd);
     std::copy_n(qkv + j * qkv_w + qd, kvd, k + j * kvd);
@@ -147,6 +180,8 @@ void StageRunner::GatedBlock(int32_t layer, Rows rows, float* x) {
           for (int64_t e = 0; e < E; ++e) o[hr[t] * E + e] += out[t * E + e];
       }
     }
+    // attn holds zeros for pruned heads, so the o_proj adapters see what o_proj saw.
+    if (ramp) AddLora(w.o_lora, attn, a, shares_of(&att, a), st_.lora_t, st_.lora_u, o, E);
     for (int64_t j = 0; j < a; ++j)
       for (int64_t e = 0; e < E; ++e) x[att[j] * E + e] += o[j * E + e];
   }
@@ -172,8 +207,10 @@ void StageRunner::GatedBlock(int32_t layer, Rows rows, float* x) {
   float* act = st_.act.First(c * I);
   float* out = st_.o.First(c * E);
   w.gate_up.Forward(h2, c, gate_up);
+  if (ramp) AddLora(w.gate_up_lora, h2, c, shares_of(&mr, c), st_.lora_t, st_.lora_u, gate_up, 2 * I);
   SwiGlu(gate_up, c, I, act);
   w.down.Forward(act, c, out);
+  if (ramp) AddLora(w.down_lora, act, c, share, st_.lora_t, st_.lora_u, out, E);
   for (int64_t t = 0; t < c; ++t)
     for (int64_t e = 0; e < E; ++e) x[mr[t] * E + e] += out[t * E + e];
 }

@@ -82,6 +82,11 @@ RunState::RunState(const ModelSpec& s, const KvLayerTable& table, int32_t slots,
     head_out = FixedVector<float>(n * E);
     router_scratch.resize(static_cast<size_t>(L2aRouterScratch(s)));
     router_z.resize(static_cast<size_t>(s.l2a.outputs(s.n_heads)));
+    if (s.l2a.lora_ramp) {
+      lora_share = FixedVector<float>(n);
+      lora_t = FixedVector<float>(n * s.l2a.lora_rank);
+      lora_u = FixedVector<float>(n * std::max({s.q_dim() + 2 * s.kv_dim(), 2 * s.intermediate, E}));
+    }
   }
 }
 

@@ -120,6 +120,10 @@ struct RunState {
   FixedVector<float> sub_x;                // [n, E] gathered sub-layer input / output
   FixedVector<float> head_in, head_out;    // [n, D] one head's attention output; [n, E] its o_proj
   std::vector<double> router_scratch, router_z;  // [E + F + R], [G] one row's router
+  // LoRA kept apart by a budget ramp (LoraAdapter): each row's share, A x and B (A x).
+  FixedVector<float> lora_share;  // [n]
+  FixedVector<float> lora_t;      // [n, r]
+  FixedVector<float> lora_u;      // [n, max(q_dim + 2 kv_dim, 2 I, E)]
 };
 
 }  // namespace fathom

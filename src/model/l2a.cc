@@ -98,6 +98,19 @@ Status ReadL2aConfig(const JsonFields& config, ModelSpec& spec) {
                                        {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}));
     l.lora_rank = static_cast<int32_t>(rank);
     l.lora_alpha = alpha;
+    if (lora.Has("budget_ramp")) {
+      const nlohmann::json& v = lora.json().at("budget_ramp");
+      const std::string where = lora.source() + ": field 'budget_ramp'";
+      if (!v.is_array() || v.size() != 2 || !v[0].is_number() || !v[1].is_number())
+        return Status::Error(where + ": expected [b_full, b_off], two numbers, found " + DescribeJsonValue(v));
+      const double full = v[0].get<double>(), off = v[1].get<double>();
+      if (!(full >= 0 && full < off && off <= 1))
+        return Status::Error(where + ": expected 0 <= b_full < b_off <= 1, found [" + v[0].dump() + ", " +
+                             v[1].dump() + "]");
+      l.lora_ramp = true;
+      l.lora_ramp_full = full;
+      l.lora_ramp_off = off;
+    }
   }
 
   for (size_t i = 0; i < spec.layers.size(); ++i) {

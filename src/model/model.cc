@@ -78,6 +78,35 @@ class TensorSource {
     return lin;
   }
 
+  // The LoRA adapters of the parts `names` of one Linear (parts without one are skipped), kept
+  // apart from W: A [r, in] as is, B [out, r] times `scale`, both f32, at the part's offset.
+  Result<std::vector<LoraAdapter>> Adapters(const std::vector<std::string>& names,
+                                            const std::vector<LayerNames::Lora>& lora, double scale) const {
+    std::vector<LoraAdapter> out;
+    int64_t offset = 0;
+    for (const std::string& n : names) {
+      FATHOM_ASSIGN_OR_RETURN(TensorView base, Get(n));
+      for (const LayerNames::Lora& l : lora) {
+        if (l.base != n) continue;
+        FATHOM_ASSIGN_OR_RETURN(TensorView av, Get(l.a));  // [r, in]
+        FATHOM_ASSIGN_OR_RETURN(TensorView bv, Get(l.b));  // [out, r]
+        std::vector<float> a = av.ToF32(), b = bv.ToF32();
+        for (float& v : b) v = static_cast<float>(scale * v);
+        LoraAdapter ad;
+        ad.offset = offset;
+        auto la = Linear::Create({TensorView{DType::kF32, av.shape, a.data()}});
+        if (!la.ok()) return la.status().WithContext(dir_ + ": tensor '" + l.a + "'");
+        auto lb = Linear::Create({TensorView{DType::kF32, bv.shape, b.data()}});
+        if (!lb.ok()) return lb.status().WithContext(dir_ + ": tensor '" + l.b + "'");
+        ad.a = std::move(la).value();
+        ad.b = std::move(lb).value();
+        out.push_back(std::move(ad));
+      }
+      offset += base.dim(0);
+    }
+    return out;
+  }
+
   // o_proj [E, H D] as H Linears [E, D], one per query head (L2A head gates).
   Result<std::vector<Linear>> PerHeadLinears(const std::string& name, int64_t heads, WeightFormat format,
                                              const std::vector<LayerNames::Lora>& lora, double lora_scale) const {
@@ -148,7 +177,16 @@ Result<LayerWeights> LoadLayer(const ModelSpec& spec, const LayerNames& n, const
   FATHOM_ASSIGN_OR_RETURN(w.mlp_out_norm, src.F32(n.mlp_out_norm));
   FATHOM_ASSIGN_OR_RETURN(w.mlp_post_norm, src.F32(n.mlp_post_norm));
   const double lora_scale = spec.l2a.lora_rank > 0 ? spec.l2a.lora_alpha / spec.l2a.lora_rank : 0.0;
-  FATHOM_ASSIGN_OR_RETURN(w.qkv, src.MakeLinear(n.qkv, n.qkv_bias, format, n.lora, lora_scale));
+  // A budget ramp keeps the LoRA apart (LoraAdapter); without one it is merged into W.
+  const std::vector<LayerNames::Lora> no_lora;
+  const std::vector<LayerNames::Lora>& merged = spec.l2a.lora_ramp ? no_lora : n.lora;
+  if (spec.l2a.lora_ramp) {
+    FATHOM_ASSIGN_OR_RETURN(w.qkv_lora, src.Adapters(n.qkv, n.lora, lora_scale));
+    FATHOM_ASSIGN_OR_RETURN(w.o_lora, src.Adapters({n.o_proj}, n.lora, lora_scale));
+    FATHOM_ASSIGN_OR_RETURN(w.gate_up_lora, src.Adapters(n.gate_up, n.lora, lora_scale));
+    FATHOM_ASSIGN_OR_RETURN(w.down_lora, src.Adapters({n.down}, n.lora, lora_scale));
+  }
+  FATHOM_ASSIGN_OR_RETURN(w.qkv, src.MakeLinear(n.qkv, n.qkv_bias, format, merged, lora_scale));
   FATHOM_ASSIGN_OR_RETURN(w.q_norm, src.F32(n.q_norm));
   FATHOM_ASSIGN_OR_RETURN(w.k_norm, src.F32(n.k_norm));
   if (!n.qk_bias.empty()) {
@@ -162,12 +200,12 @@ Result<LayerWeights> LoadLayer(const ModelSpec& spec, const LayerNames& n, const
                            "as attention heads");
   }
   if (spec.l2a.gate_heads) {
-    FATHOM_ASSIGN_OR_RETURN(w.o_heads, src.PerHeadLinears(n.o_proj, spec.n_heads, format, n.lora, lora_scale));
+    FATHOM_ASSIGN_OR_RETURN(w.o_heads, src.PerHeadLinears(n.o_proj, spec.n_heads, format, merged, lora_scale));
   } else {
-    FATHOM_ASSIGN_OR_RETURN(w.o, src.MakeLinear({n.o_proj}, {}, format, n.lora, lora_scale));
+    FATHOM_ASSIGN_OR_RETURN(w.o, src.MakeLinear({n.o_proj}, {}, format, merged, lora_scale));
   }
-  FATHOM_ASSIGN_OR_RETURN(w.gate_up, src.MakeLinear(n.gate_up, {}, format, n.lora, lora_scale));
-  FATHOM_ASSIGN_OR_RETURN(w.down, src.MakeLinear({n.down}, {}, format, n.lora, lora_scale));
+  FATHOM_ASSIGN_OR_RETURN(w.gate_up, src.MakeLinear(n.gate_up, {}, format, merged, lora_scale));
+  FATHOM_ASSIGN_OR_RETURN(w.down, src.MakeLinear({n.down}, {}, format, merged, lora_scale));
   FATHOM_ASSIGN_OR_RETURN(w.router_fc1, src.F32(n.router_fc1));
   FATHOM_ASSIGN_OR_RETURN(w.router_fc1_bias, src.F32(n.router_fc1_bias));
   FATHOM_ASSIGN_OR_RETURN(w.router_fc2, src.F32(n.router_fc2));
@@ -181,6 +219,8 @@ std::vector<Linear*> LayerWeights::linears() {
   std::vector<Linear*> out = {&qkv, &gate_up, &down};
   if (o_heads.empty()) out.push_back(&o);
   for (Linear& h : o_heads) out.push_back(&h);
+  for (auto* adapters : {&qkv_lora, &o_lora, &gate_up_lora, &down_lora})
+    for (LoraAdapter& ad : *adapters) out.insert(out.end(), {&ad.a, &ad.b});
   return out;
 }
 
@@ -233,6 +273,8 @@ namespace {
 size_t LayerBytes(const LayerWeights& l) {
   size_t b = l.qkv.weight_bytes() + l.o.weight_bytes() + l.gate_up.weight_bytes() + l.down.weight_bytes();
   for (const Linear& h : l.o_heads) b += h.weight_bytes();
+  for (const auto* adapters : {&l.qkv_lora, &l.o_lora, &l.gate_up_lora, &l.down_lora})
+    for (const LoraAdapter& ad : *adapters) b += ad.a.weight_bytes() + ad.b.weight_bytes();
   return b;
 }
 }  // namespace

@@ -24,6 +24,16 @@
 
 namespace fathom {
 
+// An L2A LoRA adapter kept apart from its base weights (the checkpoint's lora.budget_ramp
+// makes its share depend on each token's b, so it cannot be merged at load): the adapted
+// part's outputs, columns [offset, offset + out) of its (fused) Linear, gain
+// share(b) * B (A x). f32; alpha / r is folded into B.
+struct LoraAdapter {
+  Linear a;            // [r, in]
+  Linear b;            // [out, r]
+  int64_t offset = 0;  // where the adapted part starts in its Linear's output row
+};
+
 struct LayerWeights {
   // RMSNorm weights, f32 [E]; empty = the norm is absent in this block kind.
   std::vector<float> attn_in_norm, attn_out_norm, attn_post_norm;
@@ -40,8 +50,11 @@ struct LayerWeights {
   // With head gates, o_proj split by query head: o_heads[h] = o_proj[:, h D, (h+1) D) [E, D],
   // so a pruned head's columns are never applied; `o` is then left empty.
   std::vector<Linear> o_heads;
+  // L2A LoRA with a budget ramp, by the Linear it adds to (the o_proj adapters read the whole
+  // attention output [H D], pruned heads zero). Empty otherwise (no LoRA, or merged into W).
+  std::vector<LoraAdapter> qkv_lora, o_lora, gate_up_lora, down_lora;
 
-  // Every matmul of the block (qkv, o or o_heads, gate_up, down).
+  // Every matmul of the block (qkv, o or o_heads, gate_up, down, the LoRA adapters).
   std::vector<Linear*> linears();
 };
 

@@ -135,8 +135,18 @@ struct L2aSpec {
   int32_t lora_rank = 0;        // 0: no LoRA
   double lora_alpha = 0;
   std::vector<std::string> lora_targets;  // q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
+  // lora.budget_ramp [full, off]: a token at b runs with lora_share(b) of the LoRA (1 at
+  // b <= full, 0 at b >= off, linear between), so the LoRA stays apart from the base weights.
+  bool lora_ramp = false;
+  double lora_ramp_full = 0, lora_ramp_off = 1;
 
   int64_t features() const { return 2 * int64_t{budget_features} + 1; }  // F
+  // The share of the LoRA a token at budget b runs with (1 without a ramp).
+  double lora_share(double b) const {
+    if (!lora_ramp || b <= lora_ramp_full) return 1.0;
+    if (b >= lora_ramp_off) return 0.0;
+    return (lora_ramp_off - b) / (lora_ramp_off - lora_ramp_full);
+  }
   // G: router outputs, in the order attention, mlp, heads 0 .. H-1 (those gated).
   int64_t outputs(int64_t n_heads) const {
     return (gate_attention ? 1 : 0) + (gate_mlp ? 1 : 0) + (gate_heads ? n_heads : 0);

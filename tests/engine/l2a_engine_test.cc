@@ -110,7 +110,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"llama_mask", "llama", "--l2a-gates attention,mlp,heads --l2a-kv mask"},
                       Case{"qwen3_mask_lora", "qwen3",
                            "--l2a-gates attention,heads --l2a-kv mask --l2a-router-hidden 0 --l2a-lora-rank 2 "
-                           "--l2a-lora-alpha 4 --l2a-lora-targets q_proj,o_proj"}),
+                           "--l2a-lora-alpha 4 --l2a-lora-targets q_proj,o_proj"},
+                      // LoRA kept apart: rows at different budgets in one step add different shares
+                      Case{"llama_lora_budget_ramp", "llama",
+                           "--l2a-gates attention,mlp,heads --l2a-kv compute --l2a-lora-rank 2 "
+                           "--l2a-lora-targets q_proj,v_proj,o_proj,up_proj,down_proj --l2a-lora-budget-ramp 0.3,0.8"}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 }  // namespace

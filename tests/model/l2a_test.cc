@@ -97,6 +97,22 @@ TEST_F(L2aFormatTest, ConfigErrorsNameTheField) {
        "'targets[0]': unknown value 'w_proj'"},
       {[](nlohmann::json& l) { l["lora"] = {{"rank", 0}, {"alpha", 8}, {"targets", {"q_proj"}}}; }, "field 'rank'"},
       {[](nlohmann::json& l) { l["lora"] = {{"rank", 4}, {"alpha", -1}, {"targets", {"q_proj"}}}; }, "field 'alpha'"},
+      {[](nlohmann::json& l) {
+         l["lora"] = {{"rank", 4}, {"alpha", 8}, {"targets", {"q_proj"}}, {"budget_ramp", {0.9, 0.5}}};
+       },
+       "field 'budget_ramp': expected 0 <= b_full < b_off <= 1, found [0.9, 0.5]"},
+      {[](nlohmann::json& l) {
+         l["lora"] = {{"rank", 4}, {"alpha", 8}, {"targets", {"q_proj"}}, {"budget_ramp", {0.5, 1.5}}};
+       },
+       "field 'budget_ramp'"},
+      {[](nlohmann::json& l) {
+         l["lora"] = {{"rank", 4}, {"alpha", 8}, {"targets", {"q_proj"}}, {"budget_ramp", {0.5}}};
+       },
+       "field 'budget_ramp': expected [b_full, b_off], two numbers"},
+      {[](nlohmann::json& l) {
+         l["lora"] = {{"rank", 4}, {"alpha", 8}, {"targets", {"q_proj"}}, {"budget_ramp", "0.5,1"}};
+       },
+       "field 'budget_ramp'"},
       {[](nlohmann::json& l) { l = 5; }, "l2a"},
   };
   for (const Case& c : cases) {
@@ -163,6 +179,11 @@ const std::vector<Variant>& Variants() {
       {"llama_mlp_lora_all_targets", "llama",
        "--l2a-gates mlp,attention --l2a-kv compute --l2a-lora-rank 2 --l2a-lora-alpha 4 "
        "--l2a-lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"},
+      // The LoRA's share follows b: whole at 0.2, 0.6 of it at 0.5, none at 1 (and in
+      // generation at 0.3 and 0.9); o_proj's adapter reads the head-pruned attention output.
+      {"llama_lora_budget_ramp", "llama",
+       "--l2a-gates attention,mlp,heads --l2a-kv compute --l2a-lora-rank 3 --l2a-lora-alpha 6 "
+       "--l2a-lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj --l2a-lora-budget-ramp 0.3,0.8"},
   };
   return v;
 }

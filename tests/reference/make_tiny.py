@@ -216,7 +216,7 @@ CALIB_BUDGETS = (0.2, 0.5, 1.0)
 
 
 def add_l2a(cfg, T, gates, router_hidden=16, budget_features=2, kv="compute", lora_rank=0, lora_alpha=None,
-            lora_targets=("q_proj", "v_proj"), force="none", seed=0):
+            lora_targets=("q_proj", "v_proj"), force="none", seed=0, lora_ramp=None):
     """Add the `l2a` block to cfg and the router (and LoRA) tensors to T, in place.  The base
     tensors are left unchanged (a separate generator), so the same seed without L2A gives
     the base model.
@@ -230,7 +230,8 @@ def add_l2a(cfg, T, gates, router_hidden=16, budget_features=2, kv="compute", lo
     as much: the phi(b) columns carry much larger weights than the h columns, with a
     monotone part (more gates on at larger b): +1.5 on the b column of a linear router; a
     hidden unit silu(1.5 b) with weight +1 into every output of an MLP router.
-    force "on" / "off": final bias +30 / -30, every gate on / off."""
+    force "on" / "off": final bias +30 / -30, every gate on / off.
+    lora_ramp (b_full, b_off): the LoRA's lora.budget_ramp (calibration merges its share at 0.5)."""
     if cfg["model_type"] not in L2A_DENSE:
         raise ValueError(f"L2A gates: only {', '.join(L2A_DENSE)} (not {cfg['model_type']})")
     gates = list(gates)
@@ -252,6 +253,10 @@ def add_l2a(cfg, T, gates, router_hidden=16, budget_features=2, kv="compute", lo
         if not alpha > 0:
             raise ValueError("--l2a-lora-alpha must be > 0")
         block["lora"] = {"rank": lora_rank, "alpha": alpha, "targets": targets}
+        if lora_ramp is not None:
+            block["lora"]["budget_ramp"] = [float(v) for v in lora_ramp]
+    elif lora_ramp is not None:
+        raise ValueError("--l2a-lora-budget-ramp needs --l2a-lora-rank")
     cfg["l2a"] = block
     spec = ref.l2a_config(cfg)
     g = torch.Generator().manual_seed(1_000_003 + 7919 * seed)
@@ -273,7 +278,8 @@ def add_l2a(cfg, T, gates, router_hidden=16, budget_features=2, kv="compute", lo
     for n in T:
         if n.endswith(".lora_A.weight"):
             base = n[: -len(".lora_A.weight")]
-            Wc[base + ".weight"] = T[base + ".weight"] + scale * (T[base + ".lora_B.weight"] @ T[n])
+            share = ref.l2a_lora_share(spec, 0.5)
+            Wc[base + ".weight"] = T[base + ".weight"] + share * scale * (T[base + ".lora_B.weight"] @ T[n])
     cal = torch.randperm(cfg["vocab_size"], generator=g)[:64]  # distinct ids: distinct layer-0 logits
     x = Wc["model.embed_tokens.weight"][cal]
     phis = {b: ref.l2a_phi(b, K) for b in CALIB_BUDGETS}
@@ -1297,6 +1303,8 @@ def main(argv=None):
     l2a.add_argument("--l2a-lora-rank", type=int, default=None, help="LoRA rank r (default: no LoRA)")
     l2a.add_argument("--l2a-lora-alpha", type=float, default=None, help="LoRA alpha (default 2r)")
     l2a.add_argument("--l2a-lora-targets", default=None, help="comma-separated LoRA targets (default q_proj,v_proj)")
+    l2a.add_argument("--l2a-lora-budget-ramp", default=None, metavar="B_FULL,B_OFF",
+                     help="lora.budget_ramp: the LoRA's share falls from 1 at B_FULL to 0 at B_OFF")
     l2a.add_argument("--l2a-force", default=None, choices=["on", "off", "none"],
                      help="on / off: router final bias +30 / -30, every gate on / off; none (default): random")
     ap.add_argument("--selftest", action="store_true", help="all checks (ends with the layout checks)")
@@ -1324,7 +1332,7 @@ def main(argv=None):
         ap.error("--family and --out are required (or --selftest)")
     opts = None
     given = [f"--l2a-{n.replace('_', '-')}" for n in ("router_hidden", "budget_features", "kv", "lora_rank", "lora_alpha",
-                                                     "lora_targets", "force") if getattr(a, "l2a_" + n) is not None]
+                                                     "lora_targets", "lora_budget_ramp", "force") if getattr(a, "l2a_" + n) is not None]
     if a.l2a_gates is None:
         if given:
             raise SystemExit(f"make_tiny.py: {given[0]} needs --l2a-gates")
@@ -1332,8 +1340,10 @@ def main(argv=None):
         if a.family not in L2A_DENSE:
             raise SystemExit(f"make_tiny.py: --l2a-gates: L2A gate checkpoints are llama, qwen2, qwen3 only, "
                              f"not {a.family}")
-        if a.l2a_lora_rank is None and (a.l2a_lora_alpha is not None or a.l2a_lora_targets is not None):
-            raise SystemExit("make_tiny.py: --l2a-lora-alpha / --l2a-lora-targets need --l2a-lora-rank")
+        if a.l2a_lora_rank is None and (a.l2a_lora_alpha is not None or a.l2a_lora_targets is not None
+                                        or a.l2a_lora_budget_ramp is not None):
+            raise SystemExit("make_tiny.py: --l2a-lora-alpha / --l2a-lora-targets / --l2a-lora-budget-ramp need "
+                             "--l2a-lora-rank")
         if a.l2a_lora_rank is not None and a.l2a_lora_rank < 1:
             raise SystemExit("make_tiny.py: --l2a-lora-rank must be >= 1")
         split = lambda v: [x.strip() for x in v.split(",") if x.strip()]  # noqa: E731
@@ -1341,7 +1351,8 @@ def main(argv=None):
                     router_hidden=16 if a.l2a_router_hidden is None else a.l2a_router_hidden,
                     budget_features=2 if a.l2a_budget_features is None else a.l2a_budget_features,
                     kv=a.l2a_kv or "compute", lora_rank=a.l2a_lora_rank or 0, lora_alpha=a.l2a_lora_alpha,
-                    lora_targets=split(a.l2a_lora_targets or "q_proj,v_proj"), force=a.l2a_force or "none")
+                    lora_targets=split(a.l2a_lora_targets or "q_proj,v_proj"), force=a.l2a_force or "none",
+                    lora_ramp=[float(v) for v in split(a.l2a_lora_budget_ramp)] if a.l2a_lora_budget_ramp else None)
     make(a.family, a.out, a.dtype, a.seed, a.tied, a.shards, l2a=opts)
     return 0
 

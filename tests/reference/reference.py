@@ -416,8 +416,16 @@ def l2a_config(cfg):
                              f"{' (required when attention is gated)' if 'attention' in gates else ''}, found {kv!r}")
     lora = spec.get("lora")
     if lora is not None:
-        if not isinstance(lora, dict) or any(k not in ("rank", "alpha", "targets") for k in lora):
-            raise ValueError(f"config.json: l2a.lora must be an object with rank, alpha, targets, found {lora!r}")
+        if not isinstance(lora, dict) or any(k not in ("rank", "alpha", "targets", "budget_ramp") for k in lora):
+            raise ValueError(f"config.json: l2a.lora must be an object with rank, alpha, targets "
+                             f"(and optionally budget_ramp), found {lora!r}")
+        ramp = lora.get("budget_ramp")
+        if ramp is not None and not (
+                isinstance(ramp, list) and len(ramp) == 2
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in ramp)
+                and 0 <= ramp[0] < ramp[1] <= 1):
+            raise ValueError(f"config.json: l2a.lora.budget_ramp must be [b_full, b_off] with "
+                             f"0 <= b_full < b_off <= 1, found {ramp!r}")
         r, alpha, targets = lora.get("rank"), lora.get("alpha"), lora.get("targets")
         if not _is_int(r) or r < 1:
             raise ValueError(f"config.json: l2a.lora.rank must be an int >= 1, found {r!r}")
@@ -470,10 +478,34 @@ def l2a_expected_tensors(W, cfg, spec):
     return out
 
 
+def l2a_lora_share(spec, b):
+    """The share of the LoRA a token at budget b runs with: 1 without lora.budget_ramp; with
+    [b_full, b_off], 1 at b <= b_full, 0 at b >= b_off, linear between (float64)."""
+    ramp = (spec.get("lora") or {}).get("budget_ramp")
+    if ramp is None or b <= ramp[0]:
+        return 1.0
+    if b >= ramp[1]:
+        return 0.0
+    return (ramp[1] - b) / (ramp[1] - ramp[0])
+
+
+def l2a_merge_lora(W, want, scale):
+    """W with every LoRA of `want` (names) merged, W' = W + scale * (B @ A) in f32, and the
+    lora_A / lora_B tensors dropped."""
+    out = {n: t for n, t in W.items() if ".lora_A." not in n and ".lora_B." not in n}
+    for name in want:
+        if name.endswith(".lora_A.weight"):
+            base = name[: -len(".lora_A.weight")]
+            A, B = W[name], W[base + ".lora_B.weight"]
+            out[base + ".weight"] = W[base + ".weight"] + scale * (B @ A)
+    return out
+
+
 def l2a_prepare(W, cfg):
     """Check the L2A tensors of a loaded checkpoint and merge its LoRA:
     W' = W + (alpha / r) * (B @ A) in f32 for every target of every layer.  Returns a new
-    dict without the lora_A / lora_B tensors (router tensors kept).  A missing, extra or
+    dict without the lora_A / lora_B tensors (router tensors kept).  With lora.budget_ramp the
+    LoRA depends on b and is kept (dense_forward merges it at the call's budget).  A missing, extra or
     misshapen router / LoRA tensor is an error naming it and both shapes.  A checkpoint
     without an l2a block must hold no such tensors; it is returned unchanged."""
     spec = l2a_config(cfg)
@@ -491,16 +523,10 @@ def l2a_prepare(W, cfg):
     extra = [n for n in stray if n not in want]
     if extra:
         raise ValueError(f"unexpected tensor {extra[0]} (shape {list(W[extra[0]].shape)}) for this l2a block")
-    out = {n: t for n, t in W.items() if ".lora_A." not in n and ".lora_B." not in n}
     lora = spec.get("lora")
-    if lora:
-        scale = float(lora["alpha"]) / lora["rank"]
-        for name in want:
-            if name.endswith(".lora_A.weight"):
-                base = name[: -len(".lora_A.weight")]
-                A, B = W[name], W[base + ".lora_B.weight"]
-                out[base + ".weight"] = W[base + ".weight"] + scale * (B @ A)
-    return out
+    if lora and lora.get("budget_ramp") is not None:
+        return dict(W)
+    return l2a_merge_lora(W, want, float(lora["alpha"]) / lora["rank"] if lora else 0.0)
 
 
 def load_model(model_dir):
@@ -637,9 +663,14 @@ def dense_forward(W, cfg, ids, start, cache, budget=None):
             h = dense_layer(W, cfg, i, h, positions, cache, ("layer", i), start)
         out = {}
     else:
+        b = check_budget(cfg, budget)
+        lora = spec.get("lora")
+        if lora and lora.get("budget_ramp") is not None:  # this call's share of the LoRA, merged
+            W = l2a_merge_lora(W, [n for n in W if n.endswith(".lora_A.weight")],
+                               l2a_lora_share(spec, b) * float(lora["alpha"]) / lora["rank"])
         if any(".lora_A." in n for n in W):
             raise ValueError("LoRA tensors not merged: load with load_model / l2a_prepare")
-        phi = l2a_phi(check_budget(cfg, budget), spec["budget_features"])
+        phi = l2a_phi(b, spec["budget_features"])
         zs = []
         for i in range(cfg["num_hidden_layers"]):
             h, z = l2a_dense_layer(W, cfg, spec, i, h, positions, cache, ("layer", i), start, phi)
