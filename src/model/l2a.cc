@@ -1,5 +1,7 @@
 #include "model/l2a.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -143,13 +145,24 @@ void L2aBudgetFeatures(const L2aSpec& l2a, double b, double* phi) {
 
 namespace {
 
-// y [rows] = W [rows, cols] x + bias, in double.
+// y [rows] = W [rows, cols] x + bias, in double. Four independent 4-lane partial sums per row
+// (AVX2 FMA; a fixed order, so a row's result depends on its inputs only): the router runs
+// for every token at every layer, and a one-accumulator scalar loop made it as slow as the
+// decode attention on small models.
 void Affine(const float* w, const float* bias, int64_t rows, int64_t cols, const double* x, double* y) {
+  const int64_t vec = cols / 16 * 16;
   for (int64_t r = 0; r < rows; ++r) {
     const float* wr = w + r * cols;
-    double acc = bias[r];
-    for (int64_t c = 0; c < cols; ++c) acc += static_cast<double>(wr[c]) * x[c];
-    y[r] = acc;
+    __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+    for (int64_t c = 0; c < vec; c += 16)
+      for (int j = 0; j < 4; ++j)
+        acc[j] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(wr + c + 4 * j)), _mm256_loadu_pd(x + c + 4 * j), acc[j]);
+    const __m256d s = _mm256_add_pd(_mm256_add_pd(acc[0], acc[1]), _mm256_add_pd(acc[2], acc[3]));
+    alignas(32) double lanes[4];
+    _mm256_store_pd(lanes, s);
+    double tail = 0;
+    for (int64_t c = vec; c < cols; ++c) tail += static_cast<double>(wr[c]) * x[c];
+    y[r] = static_cast<double>(bias[r]) + ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + tail;
   }
 }
 
