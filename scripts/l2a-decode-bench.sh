@@ -6,13 +6,15 @@
 # flops the gates ran (the plan's own count), so a speed-up can be read against it.
 #
 #   scripts/l2a-decode-bench.sh GATED_DIR BASE_DIR [ROUNDS] [THREADS] > out.jsonl
+# PROMPT and GEN (environment; default 64 and 64) set the tokens per sequence: a small model
+# decodes 64 tokens at batch 16 in a quarter of a second, so longer runs are steadier.
 set -euo pipefail
 gated=${1:?usage: l2a-decode-bench.sh GATED_DIR BASE_DIR [ROUNDS] [THREADS]}
 base=${2:?usage: l2a-decode-bench.sh GATED_DIR BASE_DIR [ROUNDS] [THREADS]}
 rounds=${3:-3}
 threads=${4:-1}
 fathom=${FATHOM:-$(dirname "$0")/../build/fathom}
-common=(--batch 1,16 --prompt 64 --gen 64 --threads "$threads" --json)
+common=(--batch 1,16 --prompt "${PROMPT:-64}" --gen "${GEN:-64}" --threads "$threads" --json)
 for ((r = 1; r <= rounds; ++r)); do
   echo "{\"round\": $r, \"what\": \"base\", \"run\": $("$fathom" bench decode --model "$base" "${common[@]}")}"
   for b in 1 0.7 0.5; do
