@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -135,6 +136,43 @@ TEST(LinearTest, SmallMPathsAgreeAndCacheIsStable) {
     lin->Forward(x.data(), m, onednn.data());
     internal::SetGemvEnabledForTesting(true);
     EXPECT_LE(RelErr(fast, onednn), 1e-5) << "m=" << m;
+  }
+}
+
+// The GEMV on its packed layout for M = 1..16 (passes of up to 6 rows over 64 columns;
+// Linear sends it M <= kGemvMaxRows, but the kernel takes any M): against a double
+// reference of the bf16 products, and each row bit for bit equal to that row alone (the
+// sum order of a row must not depend on M: batched decode equals alone).
+TEST(GemvBf16Test, EveryRowCountAgreesWithTheReferenceAndWithTheRowAlone) {
+  if (!internal::CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  const int64_t k = 200, n = 150, kp = 224, blocks = 3;  // kp: k rounded up to 32; a partial last block
+  const std::vector<float> wf = RoundedToBf16(RandomFloats(static_cast<size_t>(n * k), 11));
+  // BA16a64b2a: [block][k pair][64 columns][2], zero padded in k and n.
+  std::vector<uint16_t> packed(static_cast<size_t>(blocks * kp * 64), 0);
+  for (int64_t col = 0; col < n; ++col)
+    for (int64_t kk = 0; kk < k; ++kk)
+      packed[static_cast<size_t>(((col / 64 * (kp / 2) + kk / 2) * 64 + col % 64) * 2 + kk % 2)] =
+          F32ToBF16(wf[static_cast<size_t>(col * k + kk)]);
+  const std::vector<float> bias = RandomFloats(static_cast<size_t>(n), 12);
+  const int64_t rows = 16;
+  const std::vector<float> xf = RoundedToBf16(RandomFloats(static_cast<size_t>(rows * k), 13));
+  std::vector<uint16_t> xb(static_cast<size_t>(rows * kp), 0);
+  for (int64_t m = 0; m < rows; ++m)
+    for (int64_t kk = 0; kk < k; ++kk) xb[static_cast<size_t>(m * kp + kk)] = F32ToBF16(xf[static_cast<size_t>(m * k + kk)]);
+  std::vector<float> alone(static_cast<size_t>(rows * n));
+  for (int64_t m = 0; m < rows; ++m)
+    internal::GemvBf16Packed(packed.data(), kp, n, xb.data() + m * kp, 1, kp, bias.data(), alone.data() + m * n);
+  for (int64_t m = 0; m < rows; ++m)
+    for (int64_t col = 0; col < n; ++col) {
+      double ref = bias[static_cast<size_t>(col)];
+      for (int64_t kk = 0; kk < k; ++kk)
+        ref += static_cast<double>(wf[static_cast<size_t>(col * k + kk)]) * xf[static_cast<size_t>(m * k + kk)];
+      EXPECT_NEAR(alone[static_cast<size_t>(m * n + col)], ref, 1e-4 * (1 + std::abs(ref))) << m << " " << col;
+    }
+  for (int64_t m = 1; m <= rows; ++m) {
+    std::vector<float> y(static_cast<size_t>(m * n));
+    internal::GemvBf16Packed(packed.data(), kp, n, xb.data(), m, kp, bias.data(), y.data());
+    EXPECT_EQ(std::memcmp(y.data(), alone.data(), y.size() * sizeof(float)), 0) << "M=" << m;
   }
 }
 
