@@ -499,7 +499,7 @@ void Linear::ForwardRounded(const float* x, int64_t m, float* y) const {
     impl_->half.Matmul(x, m, impl_->own_bias_or_null(), y);
     return;
   }
-  if (impl_->use_gemv && m <= internal::kGemvMaxRows && internal::GemvEnabled()) {
+  if (impl_->use_gemv && m <= internal::GemvMaxRows() && internal::GemvEnabled()) {
     impl_->RunGemv(x, m, y);
     return;
   }

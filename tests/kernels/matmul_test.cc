@@ -120,7 +120,7 @@ INSTANTIATE_TEST_SUITE_P(AllDTypes, LinearTest,
                            return std::string(DTypeName(param_info.param));
                          });
 
-// The GEMV (M <= kGemvMaxRows, bf16; every pass shape) and oneDNN paths agree, and cached
+// The GEMV (M <= GemvMaxRows(), bf16; every pass shape) and oneDNN paths agree, and cached
 // primitives give the same results when M changes back and forth.
 TEST(LinearTest, SmallMPathsAgreeAndCacheIsStable) {
   const int64_t k = 129, n = 200;
@@ -139,13 +139,14 @@ TEST(LinearTest, SmallMPathsAgreeAndCacheIsStable) {
   }
 }
 
-// The GEMV on its packed layout for M = 1..16 (passes of up to 6 rows over 64 columns;
-// Linear sends it M <= kGemvMaxRows, but the kernel takes any M): against a double
+// The GEMV on its packed layout for every M it takes (one pass for M <= 6; passes of 6 rows
+// chunk by chunk of k for 7..16), whatever GemvMaxRows() is on this CPU: against a double
 // reference of the bf16 products, and each row bit for bit equal to that row alone (the
-// sum order of a row must not depend on M: batched decode equals alone).
+// sum order of a row must not depend on M: batched decode equals alone). k = 400 spans
+// several chunks of 64 pairs and a partial one.
 TEST(GemvBf16Test, EveryRowCountAgreesWithTheReferenceAndWithTheRowAlone) {
   if (!internal::CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
-  const int64_t k = 200, n = 150, kp = 224, blocks = 3;  // kp: k rounded up to 32; a partial last block
+  const int64_t k = 400, n = 150, kp = 416, blocks = 3;  // kp: k rounded up to 32; a partial last block
   const std::vector<float> wf = RoundedToBf16(RandomFloats(static_cast<size_t>(n * k), 11));
   // BA16a64b2a: [block][k pair][64 columns][2], zero padded in k and n.
   std::vector<uint16_t> packed(static_cast<size_t>(blocks * kp * 64), 0);
@@ -154,7 +155,7 @@ TEST(GemvBf16Test, EveryRowCountAgreesWithTheReferenceAndWithTheRowAlone) {
       packed[static_cast<size_t>(((col / 64 * (kp / 2) + kk / 2) * 64 + col % 64) * 2 + kk % 2)] =
           F32ToBF16(wf[static_cast<size_t>(col * k + kk)]);
   const std::vector<float> bias = RandomFloats(static_cast<size_t>(n), 12);
-  const int64_t rows = 16;
+  const int64_t rows = internal::kGemvMaxTallRows;
   const std::vector<float> xf = RoundedToBf16(RandomFloats(static_cast<size_t>(rows * k), 13));
   std::vector<uint16_t> xb(static_cast<size_t>(rows * kp), 0);
   for (int64_t m = 0; m < rows; ++m)
