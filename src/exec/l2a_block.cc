@@ -107,13 +107,13 @@ void StageRunner::GatedBlock(int32_t layer, Rows rows, float* x) {
   // Each row's LoRA share, by the rows of the sub-layer at hand (only with a budget ramp).
   const bool ramp = l2a.lora_ramp;
   float* share = ramp ? st_.lora_share.First(n) : nullptr;
-  const auto shares_of = [&](const FixedVector<int64_t>* sub, int64_t count) {
+  const auto shares_of = [&](const FixedVector<int64_t>& sub, int64_t count) {
     for (int64_t j = 0; j < count; ++j)
-      share[j] = static_cast<float>(l2a.lora_share(rows[static_cast<size_t>(sub ? (*sub)[j] : j)].budget));
+      share[j] = static_cast<float>(l2a.lora_share(rows[static_cast<size_t>(sub[j])].budget));
     return share;
   };
   if (m > 0) w.qkv.Forward(hk, m, qkv);
-  if (ramp && m > 0) AddLora(w.qkv_lora, hk, m, shares_of(&kv_rows, m), st_.lora_t, st_.lora_u, qkv, qkv_w);
+  if (ramp && m > 0) AddLora(w.qkv_lora, hk, m, shares_of(kv_rows, m), st_.lora_t, st_.lora_u, qkv, qkv_w);
   for (int64_t j = 0; j < m; ++j) {
     std::copy_n(qkv + j * qkv_w, qd, q + j * qd);
     std::copy_n(qkv + j * qkv_w + qd, kvd, k + j * kvd);
@@ -181,7 +181,7 @@ void StageRunner::GatedBlock(int32_t layer, Rows rows, float* x) {
       }
     }
     // attn holds zeros for pruned heads, so the o_proj adapters see what o_proj saw.
-    if (ramp) AddLora(w.o_lora, attn, a, shares_of(&att, a), st_.lora_t, st_.lora_u, o, E);
+    if (ramp) AddLora(w.o_lora, attn, a, shares_of(att, a), st_.lora_t, st_.lora_u, o, E);
     for (int64_t j = 0; j < a; ++j)
       for (int64_t e = 0; e < E; ++e) x[att[j] * E + e] += o[j * E + e];
   }
@@ -206,11 +206,12 @@ void StageRunner::GatedBlock(int32_t layer, Rows rows, float* x) {
   float* gate_up = st_.gate_up.First(c * 2 * I);
   float* act = st_.act.First(c * I);
   float* out = st_.o.First(c * E);
+  const float* mlp_share = ramp ? shares_of(mr, c) : nullptr;  // for gate/up and down alike
   w.gate_up.Forward(h2, c, gate_up);
-  if (ramp) AddLora(w.gate_up_lora, h2, c, shares_of(&mr, c), st_.lora_t, st_.lora_u, gate_up, 2 * I);
+  if (ramp) AddLora(w.gate_up_lora, h2, c, mlp_share, st_.lora_t, st_.lora_u, gate_up, 2 * I);
   SwiGlu(gate_up, c, I, act);
   w.down.Forward(act, c, out);
-  if (ramp) AddLora(w.down_lora, act, c, share, st_.lora_t, st_.lora_u, out, E);
+  if (ramp) AddLora(w.down_lora, act, c, mlp_share, st_.lora_t, st_.lora_u, out, E);
   for (int64_t t = 0; t < c; ++t)
     for (int64_t e = 0; e < E; ++e) x[mr[t] * E + e] += out[t * E + e];
 }

@@ -92,7 +92,6 @@ FATHOM_TARGET_AVX512BF16 void GemvBlockRows(const uint16_t* wb, int64_t kp, cons
                                             float* y, int64_t ys) {
   const int64_t pairs = kp / 2;
   const int64_t chunk = m > kRowsPerPass ? kChunkPairs : pairs;
-  FATHOM_CHECK_MSG(m >= 1 && m <= kGemvMaxTallRows, "GemvBf16Packed: " << m << " rows");
   alignas(64) float carry[kGemvMaxTallRows * 64];  // the rows' sums between chunks
   const int64_t ahead = m > kRowsPerPass ? kAheadPairs * kPairElems : kPrefetchElems;
   for (int64_t p0 = 0; p0 < pairs; p0 += chunk) {
@@ -136,6 +135,7 @@ void SetGemvEnabledForTesting(bool enabled) { g_gemv_enabled.store(enabled); }
 
 void GemvBf16Packed(const uint16_t* w, int64_t kp, int64_t n, const uint16_t* x, int64_t m,
                     int64_t x_stride, const float* bias, float* y) {
+  FATHOM_CHECK_MSG(m >= 1 && m <= kGemvMaxTallRows, "GemvBf16Packed: " << m << " rows");
   const int64_t blocks = (n + kBlockN - 1) / kBlockN;
   // Below ~256 KiB of weights the fork/join costs more than the second core saves.
   const bool parallel = blocks > 1 && kp * n * 2 >= (int64_t{1} << 18);
