@@ -7,7 +7,8 @@
 // `cmake --build build --target kernels_tests`:
 //   g++ -O3 -std=c++20 -mavx2 -mfma -mf16c -fopenmp -Isrc benchmarks/kernels/decode_attention_bench.cc
 //       build/libfathom_kernels.a build/libfathom_core.a -o /tmp/dabench
-//   OMP_NUM_THREADS=2 /tmp/dabench [L ...]      (env: HEADS, KV_HEADS, HEAD_DIM, BATCH, ROUNDS)
+//   OMP_NUM_THREADS=2 /tmp/dabench [L ...]      (env: HEADS, KV_HEADS, HEAD_DIM, BATCH, ROUNDS;
+//   SHUFFLE=0 keeps each sequence's blocks in order)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -49,7 +50,7 @@ int main(int argc, char** argv) {
     for (auto& x : v) x = F32ToBF16(u(rng));
     std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
     std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
+    if (Env("SHUFFLE", 1) != 0) std::shuffle(perm.begin(), perm.end(), rng);
     const PagedKvView view{k.data(), v.data(), stride, row, block, DType::kBF16};
     std::vector<float> q(static_cast<size_t>(batch * heads * hd)), out(q.size());
     for (float& x : q) x = u(rng);

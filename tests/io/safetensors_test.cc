@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -257,6 +258,26 @@ TEST(SafetensorsTest, CreatesMissingDirectories) {
   Result<Checkpoint> ckpt = Checkpoint::Open(nested);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   ExpectSameTensor(*ckpt, tensors[0]);
+}
+
+// F16FromF32 (core/dtype.h) against IEEE binary16 values worked out by hand: round to
+// nearest even, overflow to infinity, subnormals; and every finite half survives the round trip.
+TEST(SafetensorsTest, F16FromF32RoundsToNearestEvenAsIeeeBinary16) {
+  EXPECT_EQ(F16FromF32(1.0f), 0x3C00);
+  EXPECT_EQ(F16FromF32(-2.0f), 0xC000);
+  EXPECT_EQ(F16FromF32(65504.0f), 0x7BFF);                  // the largest half
+  EXPECT_EQ(F16FromF32(65520.0f), 0x7C00);                  // halfway to 2^16: to even, infinity
+  EXPECT_EQ(F16FromF32(1.0f + 0x1p-11f), 0x3C00);           // a tie: stays even
+  EXPECT_EQ(F16FromF32(1.0f + 3 * 0x1p-11f), 0x3C02);       // a tie: rounds up to even
+  EXPECT_EQ(F16FromF32(0x1p-24f), 0x0001);                  // the smallest subnormal
+  EXPECT_EQ(F16FromF32(0x1p-25f), 0x0000);                  // a tie with zero: to even
+  const uint16_t nan = F16FromF32(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_EQ(nan & 0x7C00, 0x7C00);
+  EXPECT_NE(nan & 0x03FF, 0);
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7C00) == 0x7C00 && (h & 0x03FF) != 0) continue;  // NaNs: payloads may change
+    ASSERT_EQ(F16FromF32(F16ToF32(static_cast<uint16_t>(h))), h) << "half 0x" << std::hex << h;
+  }
 }
 
 TEST(SafetensorsTest, MisalignedTensorsAreReadFromAlignedCopies) {
