@@ -371,7 +371,10 @@ Status Engine::Step() {
   drain_prompt_ *= keep;
   drain_finished_ *= keep;
   if (plan_.stage == Stage::kPrefill)
-    for (const PrefillWork& c : plan_.chunks) drain_prompt_ += static_cast<double>(c.n);
+    for (const PrefillWork& c : plan_.chunks) {
+      drain_prompt_ += static_cast<double>(c.n);
+      prefill_row_steps_ += static_cast<double>(c.n) * std::max(At(c.req).prompt_loops, 1);
+    }
   for (const TokenEvent& e : events_) drain_finished_ += e.finish != FinishReason::kNone ? 1 : 0;
   return Status::Ok();
 }
@@ -416,33 +419,49 @@ Engine::Iteration Engine::IterationOf(double rows, double ctx_per_row) const {
   return it;
 }
 
+// Loop steps the rest of a request's prompt runs, at full depth and at b = 0: its decided
+// depth once its first chunk ran; before that, with prompts following the budget
+// (EngineOptions::budget_prompts and an exit policy that follows b), from all of its loops
+// down to PromptDepthAt(0) (its minimum exit depth); otherwise all of its loops. 1 for a
+// dense model.
+Engine::PromptSteps Engine::PromptStepsOf(const Req& r) const {
+  const double all = std::max(r.loops, 1);
+  if (r.prompt_decided) return {std::max<double>(r.prompt_loops, 1), std::max<double>(r.prompt_loops, 1)};
+  if (!opt_.budget_prompts || !r.policy || !r.policy->follows_budget()) return {all, all};
+  const int32_t min_depth = std::max(r.spec.exit.min_depth, MinExitDepth(opt_.lookahead));
+  return {all, static_cast<double>(PromptDepthAt(0.0, std::max(r.loops, 1), min_depth))};
+}
+
 // Time request `id` needs to finish from now, at full depth and at minimum depth. A running
-// request: the rest of its prompt at the measured prefill rate, then its remaining tokens
-// at one iteration of the running batch (`running`) each. A waiting request also waits
-// for the work ahead of it: `ahead_tokens` output tokens (every running request's and the
-// waiting ones' before it, its own included) at `all.batch` tokens per iteration of the
-// batch everything in flight would fill (`all`), after `ahead_prompt` prompt tokens
-// (the waiting ones' before it and its own); it needs the larger of the two.
+// request: the rest of its prompt at the measured prefill cost per token and loop step
+// (times the steps PromptStepsOf gives), then its remaining tokens at one iteration of the
+// running batch (`running`) each. A waiting request also waits for the work ahead of it:
+// `ahead_tokens` output tokens (every running request's and the waiting ones' before it, its
+// own included) at `all.batch` tokens per iteration of the batch everything in flight would
+// fill (`all`), after the prompts ahead (`ahead_prompt`: the waiting ones' before it and its
+// own, in prompt tokens times their loop steps at full and at minimum depth); it needs the
+// larger of the two.
 TimeNeed Engine::Need(RequestId id, double now, const Iteration& running, const Iteration& all, bool waiting,
-                      double ahead_tokens, double ahead_prompt) const {
+                      double ahead_tokens, const PromptSteps& ahead_prompt) const {
   const SchedRequestState& s = sched_.request(id);
   const Req& r = reqs_[id];
-  const StageStats& pf = stats_.stage[static_cast<int>(Stage::kPrefill)];
-  const double per_prompt = pf.rows > 0 ? pf.seconds / static_cast<double>(pf.rows) : 0;
-  const double prefill = static_cast<double>(s.spec.prompt_len - s.prefilled) * per_prompt;
+  const double per_step = prefill_row_steps_ > 0 ? stats_.stage[static_cast<int>(Stage::kPrefill)].seconds / prefill_row_steps_ : 0;
+  const auto prompt_left = static_cast<double>(s.spec.prompt_len - s.prefilled);
+  const PromptSteps steps = PromptStepsOf(r);
   const auto left_tokens = static_cast<double>(s.spec.max_tokens - static_cast<int32_t>(s.tokens.size()));
   const int32_t min_depth = std::max(r.spec.exit.min_depth, MinExitDepth(opt_.lookahead));
   const double full_d = std::max(r.loops, 1), min_d = std::min(full_d, static_cast<double>(min_depth));
   const Iteration& own = waiting ? all : running;
-  const auto time = [&](double d) {
-    const double alone = prefill + left_tokens * own.rounds * (own.edge + own.core * d);
+  // d: the decode tokens' loop steps; prompt_steps: the prompt's; ahead: the prompts' ahead.
+  const auto time = [&](double d, double prompt_steps, double ahead) {
+    const double alone = prompt_left * prompt_steps * per_step + left_tokens * own.rounds * (own.edge + own.core * d);
     if (!waiting) return alone;
-    return std::max(alone, ahead_prompt * per_prompt + ahead_tokens / all.batch * (all.edge + all.core * d));
+    return std::max(alone, ahead * per_step + ahead_tokens / all.batch * (all.edge + all.core * d));
   };
   TimeNeed t;
   t.left_s = r.deadline - now;
-  t.full_s = time(full_d);
-  t.min_s = time(min_d);
+  t.full_s = time(full_d, steps.full, ahead_prompt.full);
+  t.min_s = time(min_d, steps.min, ahead_prompt.min);
   return t;
 }
 
@@ -475,7 +494,7 @@ void Engine::UpdateBudget(double now) {
   const auto in_flight = rows + static_cast<double>(sched_.waiting().size());
   const Iteration in_slots = IterationOf(rows, ctx_per_row), full = IterationOf(in_flight, ctx_per_row);
   const auto& blocks_for = sched_.config().blocks_for;
-  double ahead_prompt = 0;
+  PromptSteps ahead_prompt{0, 0};  // prompt tokens x loop steps, at full and at minimum depth
   for (const auto* q : {&sched_.ready(), &sched_.looping(), &sched_.exited(), &sched_.waiting()})
     for (RequestId id : *q) {
       const SchedRequestState& s = sched_.request(id);
@@ -485,7 +504,10 @@ void Engine::UpdateBudget(double now) {
       const bool waiting = q == &sched_.waiting();
       if (waiting) {
         ahead_tokens += static_cast<double>(s.spec.max_tokens - static_cast<int32_t>(s.tokens.size()));
-        ahead_prompt += static_cast<double>(s.spec.prompt_len - s.prefilled);
+        const auto left = static_cast<double>(s.spec.prompt_len - s.prefilled);
+        const PromptSteps steps = PromptStepsOf(reqs_[id]);
+        ahead_prompt.full += left * steps.full;
+        ahead_prompt.min += left * steps.min;
       }
       const TimeNeed t = Need(id, now, in_slots, full, waiting, ahead_tokens, ahead_prompt);
       all.full_s = std::max(all.full_s, t.full_s);

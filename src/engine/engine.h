@@ -202,8 +202,12 @@ class Engine {
     double edge = 0, core = 0, rounds = 1, batch = 1;  // seconds; iterations per token; rows
   };
   Iteration IterationOf(double rows, double ctx_per_row) const;
+  struct PromptSteps {
+    double full = 1, min = 1;  // loop steps of a prompt at full depth and at b = 0
+  };
+  PromptSteps PromptStepsOf(const Req& r) const;
   TimeNeed Need(RequestId id, double now, const Iteration& running, const Iteration& all, bool waiting,
-                double ahead_tokens, double ahead_prompt) const;
+                double ahead_tokens, const PromptSteps& ahead_prompt) const;
   void Observe(const Plan& plan, double seconds);
   void Account(double now);
 
@@ -225,6 +229,9 @@ class Engine {
   Pressure pressure_;
   StepLatencyModel core_latency_, edge_latency_;
   double drain_s_ = 0, drain_prompt_ = 0, drain_finished_ = 0;
+  // Prompt tokens prefilled times the loop steps each ran (with the prefill stage's seconds:
+  // the cost of one token's loop step; prompts that follow the budget run fewer steps).
+  double prefill_row_steps_ = 0;
   double reclaim_at_ = kNever;
   ThreadGovernor governor_;
   // Reused every step.

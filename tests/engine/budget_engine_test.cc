@@ -423,6 +423,42 @@ TEST(BudgetEngine, MissedDeadlinesAreServedAndCounted) {
   }
 }
 
+// The controller prices a prompt that follows the budget at its minimum depth when it asks
+// whether a deadline can be met at b = 0. The deadline here is 0.6 of the time the same
+// prompt took at full depth (4 loop steps), from the engine's own prefill measurement: at
+// 1 step it fits, at 4 it cannot. With budget_prompts the request is not hopeless (it was,
+// when prompts were priced at the measured full-depth rate whatever their depth); without
+// them its prompt runs 4 steps and it is.
+TEST(BudgetEngine, PromptsFollowingTheBudgetArePricedAtTheirMinimumDepth) {
+  const Model& m = Tiny("ouro");
+  for (bool follow : {false, true}) {
+    SCOPED_TRACE(follow ? "budget_prompts" : "prompts at full depth");
+    EngineOptions opt;
+    opt.budget_control = true;
+    opt.budget_prompts = follow;
+    opt.max_depth = 4;
+    opt.prefill_budget = 1024;  // each prompt in one chunk
+    auto e = Engine::Create(m, opt);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    RequestSpec r = Requests(m.spec(), 1, 3)[0];
+    r.prompt.assign(200, 7);
+    r.max_tokens = 1;
+    RequestSpec warm = r;
+    warm.budget = 1.0;  // its prompt at full depth either way
+    ASSERT_TRUE((*e)->AddRequest(warm).ok());
+    ASSERT_TRUE((*e)->RunToCompletion().ok());
+    const StageStats& pf = (*e)->stats().stage[static_cast<int>(Stage::kPrefill)];
+    ASSERT_EQ(pf.rows, 200);
+    r.deadline_s = 0.6 * pf.seconds;
+    const RequestId id = (*e)->AddRequest(r).value();
+    ASSERT_TRUE((*e)->RunToCompletion().ok());
+    EXPECT_EQ((*e)->stats().deadline_hopeless, follow ? 0 : 1);
+    if (follow) {
+      EXPECT_LT((*e)->request(id).depths.at(0), 4) << "the prompt ran at full depth";
+    }
+  }
+}
+
 TEST(BudgetEngine, BadBudgetFieldsAreNamed) {
   const Model& m = Tiny("ouro");
   auto e = Engine::Create(m, EngineOptions{});
