@@ -2,22 +2,46 @@
 #include "kernels/rope.h"
 
 #include <cmath>
+#include <numbers>
 
 #include "core/check.h"
 
 namespace fathom {
 
-// Matches PyTorch's f32 computation: inv_freq = 1 / theta^(2i/d) in float math, angle =
-// float(pos) * inv_freq rounded to float; cos/sin of that float angle are taken in double
-// and rounded once (PyTorch's f32 cos/sin are within an ulp of that).
-RopeTable::RopeTable(int64_t head_dim, float theta, int64_t max_positions)
+// Matches PyTorch's f32 computation: inv_freq = 1 / theta^(2i/d) in float math; the llama3
+// scaling in the order of transformers' tensor ops (x / t is reciprocal(t) * x there).
+std::vector<float> RopeInvFrequencies(int64_t head_dim, float theta, const RopeScaling& scaling) {
+  const int64_t half = head_dim / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    inv[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  if (scaling.kind == RopeScaling::Kind::kLlama3) {
+    const auto factor = static_cast<float>(scaling.factor), low = static_cast<float>(scaling.low_freq_factor);
+    const auto old_len = static_cast<double>(scaling.original_max_positions);
+    const auto low_wavelen = static_cast<float>(old_len / scaling.low_freq_factor);
+    const auto high_wavelen = static_cast<float>(old_len / scaling.high_freq_factor);
+    const auto span = static_cast<float>(scaling.high_freq_factor - scaling.low_freq_factor);
+    for (float& f : inv) {
+      const float wavelen = (1.0f / f) * static_cast<float>(2 * std::numbers::pi);
+      if (wavelen > low_wavelen) {
+        f = f / factor;
+      } else if (!(wavelen < high_wavelen)) {
+        const float smooth = ((1.0f / wavelen) * static_cast<float>(old_len) - low) / span;
+        f = (1.0f - smooth) * f / factor + smooth * f;
+      }
+    }
+  }
+  return inv;
+}
+
+// angle = float(pos) * inv_freq rounded to float; cos/sin of that float angle are taken in
+// double and rounded once (PyTorch's f32 cos/sin are within an ulp of that).
+RopeTable::RopeTable(int64_t head_dim, float theta, int64_t max_positions, const RopeScaling& scaling)
     : head_dim_(head_dim), max_positions_(max_positions) {
   FATHOM_CHECK_MSG(head_dim > 0 && head_dim % 2 == 0 && max_positions >= 0,
                    "head_dim=" << head_dim << " max_positions=" << max_positions);
   const int64_t half = head_dim / 2;
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i)
-    inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  const std::vector<float> inv_freq = RopeInvFrequencies(head_dim, theta, scaling);
   cos_.resize(static_cast<size_t>(max_positions * half));
   sin_.resize(cos_.size());
   // Long-context tables hold millions of angles; the double cos/sin take a while.
@@ -77,15 +101,25 @@ void ApplyRope(const RopeTable& table, RopeStyle style, const int32_t* pos, int6
 }
 
 void ApplyRopeReference(float theta, RopeStyle style, const int32_t* pos, int64_t rows,
-                        int64_t n_heads, int64_t head_dim, float* x) {
+                        int64_t n_heads, int64_t head_dim, float* x, const RopeScaling& scaling) {
   const int64_t half = head_dim / 2;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t h = 0; h < n_heads; ++h) {
       float* xh = x + (r * n_heads + h) * head_dim;
       for (int64_t i = 0; i < half; ++i) {
-        const double inv_freq =
-            std::pow(static_cast<double>(theta),
-                     -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+        double inv_freq = std::pow(static_cast<double>(theta),
+                                   -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+        if (scaling.kind == RopeScaling::Kind::kLlama3) {
+          const double wavelen = 2 * std::numbers::pi / inv_freq;
+          const auto old_len = static_cast<double>(scaling.original_max_positions);
+          if (wavelen > old_len / scaling.low_freq_factor) {
+            inv_freq /= scaling.factor;
+          } else if (wavelen >= old_len / scaling.high_freq_factor) {
+            const double smooth = (old_len / wavelen - scaling.low_freq_factor) /
+                                  (scaling.high_freq_factor - scaling.low_freq_factor);
+            inv_freq = (1 - smooth) * inv_freq / scaling.factor + smooth * inv_freq;
+          }
+        }
         const double angle = static_cast<double>(pos[r]) * inv_freq;
         const double c = std::cos(angle), s = std::sin(angle);
         const int64_t ia = style == RopeStyle::kNeox ? i : 2 * i;

@@ -32,6 +32,36 @@ namespace {
 
 enum class DenseKind { kLlama, kQwen2, kQwen3 };
 
+// config.json's RoPE scaling: `rope_scaling`, or transformers 5's `rope_parameters` (which
+// also carries rope_theta). Absent, null or rope_type "default": none; "llama3": its four
+// fields, required; any other type (linear, dynamic, yarn, longrope, ...) is refused by name.
+Result<RopeScaling> ParseRopeScaling(const JsonFields& c) {
+  RopeScaling r;
+  const char* key = c.Has("rope_scaling") ? "rope_scaling" : c.Has("rope_parameters") ? "rope_parameters" : nullptr;
+  if (!key) return r;
+  FATHOM_ASSIGN_OR_RETURN(JsonFields f, c.Object(key));
+  std::string type;
+  if (f.Has("rope_type")) {
+    FATHOM_ASSIGN_OR_RETURN(type, f.String("rope_type"));
+  } else {
+    FATHOM_ASSIGN_OR_RETURN(type, f.StringOr("type", "default"));  // older configs
+  }
+  if (type == "default") return r;
+  if (type != "llama3")
+    return Status::Error(f.source() + ": RoPE scaling type '" + type +
+                         "' is not implemented (fathom implements 'llama3')");
+  r.kind = RopeScaling::Kind::kLlama3;
+  FATHOM_ASSIGN_OR_RETURN(r.factor, f.Number("factor"));
+  FATHOM_ASSIGN_OR_RETURN(r.low_freq_factor, f.Number("low_freq_factor"));
+  FATHOM_ASSIGN_OR_RETURN(r.high_freq_factor, f.Number("high_freq_factor"));
+  FATHOM_ASSIGN_OR_RETURN(r.original_max_positions, f.Int("original_max_position_embeddings"));
+  if (!(r.factor > 0) || !(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor) ||
+      r.original_max_positions <= 0)
+    return Status::Error(f.source() + ": llama3 RoPE scaling needs factor > 0, 0 < low_freq_factor < " +
+                         "high_freq_factor and original_max_position_embeddings > 0 (got " + f.json().dump() + ")");
+  return r;
+}
+
 }  // namespace
 
 // Reads the Llama-style fields shared by dense models and Ouro. Leaves `layers` empty.
@@ -46,7 +76,12 @@ Result<ModelSpec> LlamaStyleSpec(const JsonFields& c) {
   if (s.n_heads <= 0) return Status::Error(c.source() + ": num_attention_heads must be positive");
   FATHOM_ASSIGN_OR_RETURN(s.head_dim, c.IntOr("head_dim", s.hidden / s.n_heads));
   FATHOM_ASSIGN_OR_RETURN(double eps, c.NumberOr("rms_norm_eps", 1e-6));
-  FATHOM_ASSIGN_OR_RETURN(double theta, c.NumberOr("rope_theta", 10000.0));
+  double theta_default = 10000.0;
+  if (!c.Has("rope_theta") && c.Has("rope_parameters")) {
+    FATHOM_ASSIGN_OR_RETURN(JsonFields rp, c.Object("rope_parameters"));
+    FATHOM_ASSIGN_OR_RETURN(theta_default, rp.NumberOr("rope_theta", theta_default));
+  }
+  FATHOM_ASSIGN_OR_RETURN(double theta, c.NumberOr("rope_theta", theta_default));
   s.norm_eps = static_cast<float>(eps);
   s.rope_theta = static_cast<float>(theta);
   FATHOM_ASSIGN_OR_RETURN(s.max_positions, c.IntOr("max_position_embeddings", 2048));
@@ -54,10 +89,7 @@ Result<ModelSpec> LlamaStyleSpec(const JsonFields& c) {
   FATHOM_ASSIGN_OR_RETURN(s.bos_id, family_util::TokenId(c, "bos_token_id"));
   FATHOM_ASSIGN_OR_RETURN(s.eos_id, family_util::TokenId(c, "eos_token_id"));
   FATHOM_ASSIGN_OR_RETURN(s.pad_id, family_util::TokenId(c, "pad_token_id"));
-  if (c.Has("rope_scaling") && !c.json().at("rope_scaling").is_null())
-    return Status::Error(c.source() + ": field 'rope_scaling' is set (" +
-                         c.json().at("rope_scaling").dump() +
-                         "); fathom does not implement scaled RoPE yet");
+  FATHOM_ASSIGN_OR_RETURN(s.rope_scaling, ParseRopeScaling(c));
   s.rope_style = RopeStyle::kNeox;
   s.embed_name = "model.embed_tokens.weight";
   s.final_norm_name = "model.norm.weight";

@@ -162,6 +162,7 @@ struct ModelSpec {
   float norm_eps = 1e-6f;
   float rope_theta = 10000.f;
   RopeStyle rope_style = RopeStyle::kNeox;
+  RopeScaling rope_scaling;  // config.json's rope_scaling (none unless set)
   int64_t max_positions = 2048;
   float embed_scale = 1.f;
   bool tie_embeddings = false;

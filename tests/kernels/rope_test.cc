@@ -52,6 +52,42 @@ TEST(RopeTest, MatchesReferenceBothStyles) {
   }
 }
 
+// llama3 scaling (head_dim 16, theta 10000, original length 32, factor 8, low 1, high 4):
+// wavelengths 2 pi theta^(2i/16) below 32 / 4 = 8 keep their frequency, above 32 / 1 are
+// divided by 8, between blend; values worked out by hand in double.
+TEST(RopeTest, Llama3ScalingKeepsDividesAndBlendsFrequencies) {
+  RopeScaling sc;
+  sc.kind = RopeScaling::Kind::kLlama3;
+  sc.factor = 8;
+  sc.low_freq_factor = 1;
+  sc.high_freq_factor = 4;
+  sc.original_max_positions = 32;
+  const std::vector<float> inv = RopeInvFrequencies(16, 10000.f, sc);
+  ASSERT_EQ(inv.size(), 8u);
+  EXPECT_FLOAT_EQ(inv[0], 1.0f);  // wavelength 6.28: kept
+  // i = 1: inv 10^-0.5 = 0.316228, wavelength 19.869: s = (32 / 19.869 - 1) / 3 = 0.203512,
+  // (1 - s) 0.316228 / 8 + s 0.316228 = 0.095840.
+  EXPECT_NEAR(inv[1], 0.0958400, 2e-6);
+  // i = 2..7: wavelengths 62.8 .. 19869 > 32: divided by 8.
+  for (int i = 2; i < 8; ++i) EXPECT_NEAR(inv[i], std::pow(10000.0, -i / 8.0) / 8, 1e-6 * std::pow(10000.0, -i / 8.0)) << i;
+  // The table and the double reference follow the same rule.
+  const RopeTable table(16, 10000.f, 256, sc);
+  std::vector<int32_t> pos = {0, 1, 31, 32, 100, 255};
+  for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kInterleaved}) {
+    const std::vector<float> x = RandomFloats(pos.size() * 2 * 16, 77);
+    std::vector<float> y = x, ref = x, plain = x;
+    ApplyRope(table, style, pos.data(), static_cast<int64_t>(pos.size()), 2, y.data());
+    ApplyRopeReference(10000.f, style, pos.data(), static_cast<int64_t>(pos.size()), 2, 16, ref.data(), sc);
+    ApplyRopeReference(10000.f, style, pos.data(), static_cast<int64_t>(pos.size()), 2, 16, plain.data());
+    double moved = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_NEAR(y[i], ref[i], 2e-6 + 3e-7 * 255) << i;
+      moved = std::max(moved, std::abs(static_cast<double>(y[i]) - plain[i]));
+    }
+    EXPECT_GT(moved, 0.1) << "the scaling changed nothing";
+  }
+}
+
 TEST(RopeTest, TableMatchesFloatMath) {
   const RopeTable t(64, 10000.f, 100);
   for (int64_t p : {0, 1, 17, 99}) {

@@ -5,6 +5,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <utility>
 
 #include "exec/exit_policy.h"
 #include "exec/prompt.h"
@@ -67,6 +70,35 @@ TEST_P(DenseReferenceTest, Bf16LogitsWithin2e2) {
 
 INSTANTIATE_TEST_SUITE_P(Families, DenseReferenceTest,
                          ::testing::Values("llama", "qwen2", "qwen3"));
+
+// llama3 RoPE scaling (Llama 3.1 / 3.2) in a Llama and an Ouro checkpoint: an original
+// length of 16 with high / low frequency factors 2 / 0.5 puts the tiny models' frequencies
+// in all three bands (kept, blended, divided by 8) within the 13-token prompt.
+TEST(ScaledRopeReferenceTest, Llama3ScalingMatchesTheReference) {
+  for (const auto& [family, loops] : {std::pair<std::string, int32_t>{"llama", 0}, {"ouro", 2}}) {
+    SCOPED_TRACE(family);
+    TempDir dir;
+    testing::MakeTinyModel(family, dir / "model", DType::kF32);
+    auto plain = Load(dir / "model");
+    ASSERT_TRUE(plain);
+    Fathom unscaled;
+    unscaled.Run(*plain, kPrompt, loops);
+    const std::string config = dir / "model/config.json";
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(config));
+    j["rope_scaling"] = {{"rope_type", "llama3"},    {"factor", 8.0},
+                         {"low_freq_factor", 0.5},   {"high_freq_factor", 2.0},
+                         {"original_max_position_embeddings", 16}};
+    std::ofstream(config) << j.dump(2);
+    auto m = Load(dir / "model");
+    ASSERT_TRUE(m);
+    Fathom f;
+    f.Run(*m, kPrompt, loops);
+    testing::RunReference(dir / "model", kPrompt, loops, dir.path());
+    const auto ref = ReadF32File(dir / "logits.f32");
+    EXPECT_LE(RelativeError(f.out.logits, ref), 1e-4);
+    EXPECT_GT(RelativeError(unscaled.out.logits, ref), 1e-2) << "the scaling changed nothing";
+  }
+}
 
 class OuroReferenceTest : public ::testing::TestWithParam<int32_t> {};
 

@@ -109,15 +109,40 @@ def linear(x, weight, bias=None):
     return y if bias is None else y + bias
 
 
-def inv_frequencies(head_dim, theta):
-    """inv_freq[i] = 1 / theta^(2i/D), i = 0 .. D/2-1, computed in float32 (HF and Huginn)."""
-    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+def inv_frequencies(head_dim, theta, scaling=None):
+    """inv_freq[i] = 1 / theta^(2i/D), i = 0 .. D/2-1, computed in float32 (HF and Huginn).
+    scaling: a llama3 rope_scaling dict (rope_scaling_of), applied as transformers'
+    _compute_llama3_parameters does: wavelengths 2 pi / inv_freq below L / high_freq_factor
+    kept, above L / low_freq_factor divided by factor, blended between (L: the original
+    max_position_embeddings)."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    if scaling is None:
+        return inv
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_len = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > old_len / low, inv / factor, inv)
+    smooth = (old_len / wavelen - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old_len / high) * ~(wavelen > old_len / low)
+    return torch.where(medium, blended, scaled)
 
 
-def rope_neox(x, positions, theta):
-    """HF `rotate_half` RoPE: dimension i pairs with i + D/2.   x: [S, heads, D]"""
+def rope_scaling_of(cfg):
+    """config.json's llama3 RoPE scaling (rope_scaling, or transformers 5's rope_parameters),
+    or None (check_plain_rope refuses every other kind)."""
+    for key in ("rope_scaling", "rope_parameters"):
+        spec = cfg.get(key)
+        if spec and spec.get("rope_type", spec.get("type", "default")) == "llama3":
+            return spec
+    return None
+
+
+def rope_neox(x, positions, theta, scaling=None):
+    """HF `rotate_half` RoPE: dimension i pairs with i + D/2.   x: [S, heads, D]
+    scaling: rope_scaling_of(cfg) for the Llama-style families."""
     d = x.shape[-1]
-    freqs = positions.to(torch.float32)[:, None] * inv_frequencies(d, theta)[None, :]  # [S, D/2]
+    freqs = positions.to(torch.float32)[:, None] * inv_frequencies(d, theta, scaling)[None, :]  # [S, D/2]
     emb = torch.cat([freqs, freqs], dim=-1)  # [S, D]
     cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
     x1, x2 = x[..., : d // 2], x[..., d // 2 :]
@@ -289,7 +314,7 @@ def check_plain_rope(cfg):
         spec = cfg.get(key)
         if spec:
             kind = spec.get("rope_type", spec.get("type", "default"))
-            if kind != "default":
+            if kind not in ("default", "llama3"):
                 raise NotImplementedError(f"RoPE scaling {kind!r} is not implemented in the reference")
     if cfg.get("partial_rotary_factor", 1.0) != 1.0:
         raise NotImplementedError("partial_rotary_factor != 1 is not implemented")
@@ -329,8 +354,8 @@ def dense_attention(W, cfg, p, x, positions, cache, slot, start):
     if p + "self_attn.q_norm.weight" in W:  # Qwen3
         q = rms_norm(q, W[p + "self_attn.q_norm.weight"], eps)
         k = rms_norm(k, W[p + "self_attn.k_norm.weight"], eps)
-    q = rope_neox(q, positions, theta)
-    k = rope_neox(k, positions, theta)
+    q = rope_neox(q, positions, theta, rope_scaling_of(cfg))
+    k = rope_neox(k, positions, theta, rope_scaling_of(cfg))
     if isinstance(cache, LayoutKV):  # --decode-ids mode: explicit per-(layer, slot) KV
         y = cache.attend(slot, q, k, v, positions)
     else:
@@ -597,8 +622,8 @@ def l2a_attention(W, cfg, spec, p, x, positions, cache, slot, start, attn_on, ke
     if p + "self_attn.q_norm.weight" in W:  # Qwen3
         q = rms_norm(q, W[p + "self_attn.q_norm.weight"], eps)
         k = rms_norm(k, W[p + "self_attn.k_norm.weight"], eps)
-    q = rope_neox(q, positions, theta)
-    k = rope_neox(k, positions, theta)
+    q = rope_neox(q, positions, theta, rope_scaling_of(cfg))
+    k = rope_neox(k, positions, theta, rope_scaling_of(cfg))
     mask = "attention" in spec["gates"] and spec["skipped_attention_kv"] == "mask"
     if mask:  # not computed: zeros in the cache, never read (masked)
         k = torch.where(attn_on[:, None, None], k, torch.zeros_like(k))
@@ -1025,9 +1050,10 @@ def lckv_attention(W, cfg, i, x, positions, start, cache, chunk, types):
     chunk: {layer: (k, v)} of this call's positions, replaced when layer i produces KV."""
     E, H, Hkv, D = dense_dims(cfg)
     p, theta = f"model.layers.{i}.", rope_theta_of(cfg)
-    q = rope_neox(linear(x, W[p + "self_attn.q_proj.weight"]).view(-1, H, D), positions, theta)
+    scaling = rope_scaling_of(cfg)
+    q = rope_neox(linear(x, W[p + "self_attn.q_proj.weight"]).view(-1, H, D), positions, theta, scaling)
     if p + "self_attn.k_proj.weight" in W:  # this layer's KV is read by some layer
-        k = rope_neox(linear(x, W[p + "self_attn.k_proj.weight"]).view(-1, Hkv, D), positions, theta)
+        k = rope_neox(linear(x, W[p + "self_attn.k_proj.weight"]).view(-1, Hkv, D), positions, theta, scaling)
         v = linear(x, W[p + "self_attn.v_proj.weight"]).view(-1, Hkv, D)
         chunk[i] = (k, v)
     src, sliding = types[i]
