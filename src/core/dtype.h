@@ -41,7 +41,8 @@ inline uint16_t F32ToBF16(float f) {
 inline float F16ToF32(uint16_t h) { return _cvtsh_ss(h); }
 inline uint16_t F16FromF32(float f) {
   // Not _cvtss_sh: clang's macro for it is a C99 compound literal (-Wpedantic).
-  return static_cast<uint16_t>(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT), 0));
+  return static_cast<uint16_t>(
+      _mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT), 0));
 }
 
 // Bulk conversions of n elements; `src` is raw bytes of type `t`.

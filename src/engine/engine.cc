@@ -426,7 +426,8 @@ Engine::Iteration Engine::IterationOf(double rows, double ctx_per_row) const {
 // dense model.
 Engine::PromptSteps Engine::PromptStepsOf(const Req& r) const {
   const double all = std::max(r.loops, 1);
-  if (r.prompt_decided) return {std::max<double>(r.prompt_loops, 1), std::max<double>(r.prompt_loops, 1)};
+  if (r.prompt_decided)
+    return {std::max<double>(r.prompt_loops, 1), std::max<double>(r.prompt_loops, 1)};
   if (!opt_.budget_prompts || !r.policy || !r.policy->follows_budget()) return {all, all};
   const int32_t min_depth = std::max(r.spec.exit.min_depth, MinExitDepth(opt_.lookahead));
   return {all, static_cast<double>(PromptDepthAt(0.0, std::max(r.loops, 1), min_depth))};
@@ -441,11 +442,14 @@ Engine::PromptSteps Engine::PromptStepsOf(const Req& r) const {
 // fill (`all`), after the prompts ahead (`ahead_prompt`: the waiting ones' before it and its
 // own, in prompt tokens times their loop steps at full and at minimum depth); it needs the
 // larger of the two.
-TimeNeed Engine::Need(RequestId id, double now, const Iteration& running, const Iteration& all, bool waiting,
-                      double ahead_tokens, const PromptSteps& ahead_prompt) const {
+TimeNeed Engine::Need(RequestId id, double now, const Iteration& running, const Iteration& all,
+                      bool waiting, double ahead_tokens, const PromptSteps& ahead_prompt) const {
   const SchedRequestState& s = sched_.request(id);
   const Req& r = reqs_[id];
-  const double per_step = prefill_row_steps_ > 0 ? stats_.stage[static_cast<int>(Stage::kPrefill)].seconds / prefill_row_steps_ : 0;
+  const double per_step =
+      prefill_row_steps_ > 0
+          ? stats_.stage[static_cast<int>(Stage::kPrefill)].seconds / prefill_row_steps_
+          : 0;
   const auto prompt_left = static_cast<double>(s.spec.prompt_len - s.prefilled);
   const PromptSteps steps = PromptStepsOf(r);
   const auto left_tokens = static_cast<double>(s.spec.max_tokens - static_cast<int32_t>(s.tokens.size()));
@@ -454,7 +458,8 @@ TimeNeed Engine::Need(RequestId id, double now, const Iteration& running, const 
   const Iteration& own = waiting ? all : running;
   // d: the decode tokens' loop steps; prompt_steps: the prompt's; ahead: the prompts' ahead.
   const auto time = [&](double d, double prompt_steps, double ahead) {
-    const double alone = prompt_left * prompt_steps * per_step + left_tokens * own.rounds * (own.edge + own.core * d);
+    const double alone = prompt_left * prompt_steps * per_step +
+                         left_tokens * own.rounds * (own.edge + own.core * d);
     if (!waiting) return alone;
     return std::max(alone, ahead * per_step + ahead_tokens / all.batch * (all.edge + all.core * d));
   };

@@ -206,8 +206,8 @@ class Engine {
     double full = 1, min = 1;  // loop steps of a prompt at full depth and at b = 0
   };
   PromptSteps PromptStepsOf(const Req& r) const;
-  TimeNeed Need(RequestId id, double now, const Iteration& running, const Iteration& all, bool waiting,
-                double ahead_tokens, const PromptSteps& ahead_prompt) const;
+  TimeNeed Need(RequestId id, double now, const Iteration& running, const Iteration& all,
+                bool waiting, double ahead_tokens, const PromptSteps& ahead_prompt) const;
   void Observe(const Plan& plan, double seconds);
   void Account(double now);
 

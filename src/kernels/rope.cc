@@ -16,7 +16,8 @@ std::vector<float> RopeInvFrequencies(int64_t head_dim, float theta, const RopeS
   for (int64_t i = 0; i < half; ++i)
     inv[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
   if (scaling.kind == RopeScaling::Kind::kLlama3) {
-    const auto factor = static_cast<float>(scaling.factor), low = static_cast<float>(scaling.low_freq_factor);
+    const auto factor = static_cast<float>(scaling.factor),
+               low = static_cast<float>(scaling.low_freq_factor);
     const auto old_len = static_cast<double>(scaling.original_max_positions);
     const auto low_wavelen = static_cast<float>(old_len / scaling.low_freq_factor);
     const auto high_wavelen = static_cast<float>(old_len / scaling.high_freq_factor);
@@ -36,7 +37,8 @@ std::vector<float> RopeInvFrequencies(int64_t head_dim, float theta, const RopeS
 
 // angle = float(pos) * inv_freq rounded to float; cos/sin of that float angle are taken in
 // double and rounded once (PyTorch's f32 cos/sin are within an ulp of that).
-RopeTable::RopeTable(int64_t head_dim, float theta, int64_t max_positions, const RopeScaling& scaling)
+RopeTable::RopeTable(int64_t head_dim, float theta, int64_t max_positions,
+                     const RopeScaling& scaling)
     : head_dim_(head_dim), max_positions_(max_positions) {
   FATHOM_CHECK_MSG(head_dim > 0 && head_dim % 2 == 0 && max_positions >= 0,
                    "head_dim=" << head_dim << " max_positions=" << max_positions);

@@ -26,7 +26,8 @@ struct RopeScaling {
 };
 
 // inv_freq [head_dim / 2] in f32 math as PyTorch computes it, scaling included.
-std::vector<float> RopeInvFrequencies(int64_t head_dim, float theta, const RopeScaling& scaling = {});
+std::vector<float> RopeInvFrequencies(int64_t head_dim, float theta,
+                                      const RopeScaling& scaling = {});
 
 class RopeTable {
  public:
@@ -47,6 +48,7 @@ void ApplyRope(const RopeTable& table, RopeStyle style, const int32_t* pos, int6
                int64_t n_heads, float* x);
 // Reference computing the angles itself in double from theta (and the scaling's rule).
 void ApplyRopeReference(float theta, RopeStyle style, const int32_t* pos, int64_t rows,
-                        int64_t n_heads, int64_t head_dim, float* x, const RopeScaling& scaling = {});
+                        int64_t n_heads, int64_t head_dim, float* x,
+                        const RopeScaling& scaling = {});
 
 }  // namespace fathom

@@ -37,7 +37,9 @@ enum class DenseKind { kLlama, kQwen2, kQwen3 };
 // fields, required; any other type (linear, dynamic, yarn, longrope, ...) is refused by name.
 Result<RopeScaling> ParseRopeScaling(const JsonFields& c) {
   RopeScaling r;
-  const char* key = c.Has("rope_scaling") ? "rope_scaling" : c.Has("rope_parameters") ? "rope_parameters" : nullptr;
+  const char* key = c.Has("rope_scaling")      ? "rope_scaling"
+                    : c.Has("rope_parameters") ? "rope_parameters"
+                                               : nullptr;
   if (!key) return r;
   FATHOM_ASSIGN_OR_RETURN(JsonFields f, c.Object(key));
   std::string type;
@@ -57,8 +59,9 @@ Result<RopeScaling> ParseRopeScaling(const JsonFields& c) {
   FATHOM_ASSIGN_OR_RETURN(r.original_max_positions, f.Int("original_max_position_embeddings"));
   if (!(r.factor > 0) || !(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor) ||
       r.original_max_positions <= 0)
-    return Status::Error(f.source() + ": llama3 RoPE scaling needs factor > 0, 0 < low_freq_factor < " +
-                         "high_freq_factor and original_max_position_embeddings > 0 (got " + f.json().dump() + ")");
+    return Status::Error(
+        f.source() + ": llama3 RoPE scaling needs factor > 0, 0 < low_freq_factor < " +
+        "high_freq_factor and original_max_position_embeddings > 0 (got " + f.json().dump() + ")");
   return r;
 }
 

@@ -4,8 +4,6 @@
 #include "io/safetensors.h"
 
 #include <gtest/gtest.h>
-
-#include "io_test_util.h"
 #include <stdlib.h>
 
 #include <cstdint>
@@ -18,6 +16,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "io_test_util.h"
 
 namespace fathom {
 namespace {
@@ -265,12 +265,12 @@ TEST(SafetensorsTest, CreatesMissingDirectories) {
 TEST(SafetensorsTest, F16FromF32RoundsToNearestEvenAsIeeeBinary16) {
   EXPECT_EQ(F16FromF32(1.0f), 0x3C00);
   EXPECT_EQ(F16FromF32(-2.0f), 0xC000);
-  EXPECT_EQ(F16FromF32(65504.0f), 0x7BFF);                  // the largest half
-  EXPECT_EQ(F16FromF32(65520.0f), 0x7C00);                  // halfway to 2^16: to even, infinity
-  EXPECT_EQ(F16FromF32(1.0f + 0x1p-11f), 0x3C00);           // a tie: stays even
-  EXPECT_EQ(F16FromF32(1.0f + 3 * 0x1p-11f), 0x3C02);       // a tie: rounds up to even
-  EXPECT_EQ(F16FromF32(0x1p-24f), 0x0001);                  // the smallest subnormal
-  EXPECT_EQ(F16FromF32(0x1p-25f), 0x0000);                  // a tie with zero: to even
+  EXPECT_EQ(F16FromF32(65504.0f), 0x7BFF);             // the largest half
+  EXPECT_EQ(F16FromF32(65520.0f), 0x7C00);             // halfway to 2^16: to even, infinity
+  EXPECT_EQ(F16FromF32(1.0f + 0x1p-11f), 0x3C00);      // a tie: stays even
+  EXPECT_EQ(F16FromF32(1.0f + 3 * 0x1p-11f), 0x3C02);  // a tie: rounds up to even
+  EXPECT_EQ(F16FromF32(0x1p-24f), 0x0001);             // the smallest subnormal
+  EXPECT_EQ(F16FromF32(0x1p-25f), 0x0000);             // a tie with zero: to even
   const uint16_t nan = F16FromF32(std::numeric_limits<float>::quiet_NaN());
   EXPECT_EQ(nan & 0x7C00, 0x7C00);
   EXPECT_NE(nan & 0x03FF, 0);

@@ -69,7 +69,8 @@ TEST(RopeTest, Llama3ScalingKeepsDividesAndBlendsFrequencies) {
   // (1 - s) 0.316228 / 8 + s 0.316228 = 0.095840.
   EXPECT_NEAR(inv[1], 0.0958400, 2e-6);
   // i = 2..7: wavelengths 62.8 .. 19869 > 32: divided by 8.
-  for (int i = 2; i < 8; ++i) EXPECT_NEAR(inv[i], std::pow(10000.0, -i / 8.0) / 8, 1e-6 * std::pow(10000.0, -i / 8.0)) << i;
+  for (int i = 2; i < 8; ++i)
+    EXPECT_NEAR(inv[i], std::pow(10000.0, -i / 8.0) / 8, 1e-6 * std::pow(10000.0, -i / 8.0)) << i;
   // The table and the double reference follow the same rule.
   const RopeTable table(16, 10000.f, 256, sc);
   std::vector<int32_t> pos = {0, 1, 31, 32, 100, 255};
@@ -77,8 +78,10 @@ TEST(RopeTest, Llama3ScalingKeepsDividesAndBlendsFrequencies) {
     const std::vector<float> x = RandomFloats(pos.size() * 2 * 16, 77);
     std::vector<float> y = x, ref = x, plain = x;
     ApplyRope(table, style, pos.data(), static_cast<int64_t>(pos.size()), 2, y.data());
-    ApplyRopeReference(10000.f, style, pos.data(), static_cast<int64_t>(pos.size()), 2, 16, ref.data(), sc);
-    ApplyRopeReference(10000.f, style, pos.data(), static_cast<int64_t>(pos.size()), 2, 16, plain.data());
+    ApplyRopeReference(10000.f, style, pos.data(), static_cast<int64_t>(pos.size()), 2, 16,
+                       ref.data(), sc);
+    ApplyRopeReference(10000.f, style, pos.data(), static_cast<int64_t>(pos.size()), 2, 16,
+                       plain.data());
     double moved = 0;
     for (size_t i = 0; i < y.size(); ++i) {
       ASSERT_NEAR(y[i], ref[i], 2e-6 + 3e-7 * 255) << i;

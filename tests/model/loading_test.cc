@@ -169,8 +169,10 @@ TEST_F(LoadingTest, UnknownFieldsAreIgnored) {
 // llama3 RoPE scaling is read (from rope_scaling or transformers 5's rope_parameters, which
 // also gives rope_theta); other kinds, missing fields and bad values are refused by name.
 TEST_F(LoadingTest, RopeScalingLlama3IsReadOtherKindsAreRefused) {
-  const nlohmann::json llama3 = {{"rope_type", "llama3"},   {"factor", 8.0},
-                                 {"low_freq_factor", 1.0},  {"high_freq_factor", 4.0},
+  const nlohmann::json llama3 = {{"rope_type", "llama3"},
+                                 {"factor", 8.0},
+                                 {"low_freq_factor", 1.0},
+                                 {"high_freq_factor", 4.0},
                                  {"original_max_position_embeddings", 64}};
   EditConfig(model_, [&](nlohmann::json& j) { j["rope_scaling"] = llama3; });
   {
@@ -195,7 +197,8 @@ TEST_F(LoadingTest, RopeScalingLlama3IsReadOtherKindsAreRefused) {
     EXPECT_EQ((*m)->spec().rope_scaling.kind, RopeScaling::Kind::kLlama3);
     EXPECT_EQ((*m)->spec().rope_theta, 500000.f);
   }
-  const auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& want) {
+  const auto refused = [&](const std::function<void(nlohmann::json&)>& edit,
+                           const std::string& want) {
     EditConfig(model_, [&](nlohmann::json& j) {
       j.erase("rope_parameters");
       j["rope_scaling"] = llama3;
@@ -206,10 +209,17 @@ TEST_F(LoadingTest, RopeScalingLlama3IsReadOtherKindsAreRefused) {
     EXPECT_NE(e.find(want), std::string::npos) << e;
   };
   refused([](nlohmann::json& r) { r["rope_type"] = "yarn"; }, "'yarn' is not implemented");
-  refused([](nlohmann::json& r) { r.erase("rope_type"); r["type"] = "linear"; }, "'linear' is not implemented");
+  refused(
+      [](nlohmann::json& r) {
+        r.erase("rope_type");
+        r["type"] = "linear";
+      },
+      "'linear' is not implemented");
   refused([](nlohmann::json& r) { r.erase("factor"); }, "factor");
-  refused([](nlohmann::json& r) { r["high_freq_factor"] = 0.5; }, "low_freq_factor < high_freq_factor");
-  refused([](nlohmann::json& r) { r["original_max_position_embeddings"] = 64.5; }, "original_max_position_embeddings");
+  refused([](nlohmann::json& r) { r["high_freq_factor"] = 0.5; },
+          "low_freq_factor < high_freq_factor");
+  refused([](nlohmann::json& r) { r["original_max_position_embeddings"] = 64.5; },
+          "original_max_position_embeddings");
   // rope_type "default" (or a null rope_scaling) is plain RoPE.
   EditConfig(model_, [](nlohmann::json& j) { j["rope_scaling"] = {{"rope_type", "default"}}; });
   auto m = Model::Load(model_);

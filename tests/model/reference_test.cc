@@ -85,8 +85,10 @@ TEST(ScaledRopeReferenceTest, Llama3ScalingMatchesTheReference) {
     unscaled.Run(*plain, kPrompt, loops);
     const std::string config = dir / "model/config.json";
     nlohmann::json j = nlohmann::json::parse(std::ifstream(config));
-    j["rope_scaling"] = {{"rope_type", "llama3"},    {"factor", 8.0},
-                         {"low_freq_factor", 0.5},   {"high_freq_factor", 2.0},
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 0.5},
+                         {"high_freq_factor", 2.0},
                          {"original_max_position_embeddings", 16}};
     std::ofstream(config) << j.dump(2);
     auto m = Load(dir / "model");
