@@ -104,24 +104,33 @@ float Int8DotAvx2(int64_t iters) {
 }
 
 // Runs `probe` on every OpenMP thread at once; returns operations per second (1e9 units),
-// best of `reps`. `ops_per_iter`: operations one iteration of one thread does.
+// best of `reps`. `ops_per_iter`: operations one iteration of one thread does. A run lasts
+// the longest of the threads' own probe times, each timed from its start inside the parallel
+// region: a thread that starts late (on a busy host the OS may wake it milliseconds after
+// the others) does not count its wait, one that is preempted while probing counts it.
 double Rate(float (*probe)(int64_t), double ops_per_iter, double seconds, int reps) {
   volatile float sink = 0;
   auto run = [&](int64_t iters) {
-    const double t0 = Seconds();
+    double longest = 0;
 #pragma omp parallel
     {
+      const double t0 = Seconds();
       const float v = probe(iters);
+      const double t = Seconds() - t0;
 #pragma omp critical
-      sink = sink + v;
+      {
+        sink = sink + v;
+        longest = std::max(longest, t);
+      }
     }
-    return Seconds() - t0;
+    return longest;
   };
-  // Calibrate: double the iterations until a run takes a quarter of `seconds`.
+  // Calibrate: double the iterations until a run takes a quarter of `seconds`, then scale to
+  // `seconds`.
   int64_t iters = 1 << 12;
   double t = run(iters);
   while (t < seconds / 4 && iters < (int64_t{1} << 40)) t = run(iters *= 2);
-  iters = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(iters) * seconds / t));
+  iters = std::max(iters, static_cast<int64_t>(static_cast<double>(iters) * seconds / t));
   double best = 0;
   const double ops = ops_per_iter * static_cast<double>(iters) * omp_get_max_threads();
   for (int r = 0; r < reps; ++r) best = std::max(best, ops / run(iters) / 1e9);
