@@ -155,7 +155,19 @@ Result<nlohmann::json> LlamaPreset(std::string_view preset) {
   if (preset == "tinyllama-1.1b")
     return DenseConfig("llama", "LlamaForCausalLM", 2048, 5632, 22, 32, 4, 64, 32000, 10000.0,
                        1e-5, false, 2048);
-  return UnknownPreset("llama", preset, "tiny, tinyllama-1.1b");
+  if (preset == "llama-3.2-1b") {  // Llama 3.2 1B's shape: tied, GQA 32/8, llama3 RoPE scaling
+    auto j = DenseConfig("llama", "LlamaForCausalLM", 2048, 8192, 16, 32, 8, 64, 128256, 500000.0,
+                         1e-5, true, 131072);
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 32.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192}};
+    j["bos_token_id"] = 128000;
+    j["eos_token_id"] = 128001;
+    return j;
+  }
+  return UnknownPreset("llama", preset, "tiny, tinyllama-1.1b, llama-3.2-1b");
 }
 
 Result<nlohmann::json> Qwen2Preset(std::string_view preset) {
@@ -181,9 +193,11 @@ Result<nlohmann::json> Qwen3Preset(std::string_view preset) {
 }  // namespace
 
 Family DenseLlamaFamily() {
-  return {"llama", {"llama"},
+  return {"llama",
+          {"llama"},
           [](const JsonFields& c) { return DenseSpec(c, DenseKind::kLlama); },
-          LlamaPreset, {"tiny", "tinyllama-1.1b"}};
+          LlamaPreset,
+          {"tiny", "tinyllama-1.1b", "llama-3.2-1b"}};
 }
 Family DenseQwen2Family() {
   return {"qwen2", {"qwen2"},

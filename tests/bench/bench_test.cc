@@ -229,6 +229,19 @@ TEST(Flops, HuginnTinyByHand) {
   EXPECT_DOUBLE_EQ(f.coda, 2 * layer + 2.0 * 64 * 256);
 }
 
+// The llama-3.2-1b preset: Llama 3.2 1B's published 1.24B parameters (embeddings tied:
+// 128256 x 2048 = 262.7M, 16 layers of 60.8M), so 2 x 1.2358e9 flops per token, and its
+// RoPE scaling (factor 32 from an original 8192 positions).
+TEST(Flops, Llama32PresetHasThePublishedParameterCount) {
+  const ModelSpec s = PresetSpec("llama", "llama-3.2-1b");
+  const StageFlops f = CountFlops(s);
+  EXPECT_NEAR((f.prelude + f.coda) / 2, 1.2358e9, 0.0005e9);
+  EXPECT_EQ(s.rope_scaling.kind, RopeScaling::Kind::kLlama3);
+  EXPECT_EQ(s.rope_scaling.factor, 32.0);
+  EXPECT_EQ(s.rope_scaling.original_max_positions, 8192);
+  EXPECT_TRUE(s.tie_embeddings);
+}
+
 TEST(Flops, RealShapesMatchPublishedRatios) {
   const StageFlops o = CountFlops(PresetSpec("ouro", "ouro-1.4b"));
   EXPECT_NEAR(o.f0() / o.fr(), 0.082, 0.002);
