@@ -218,8 +218,7 @@ void Engine::DecidePrompt(RequestId id) {
   if (!gated && !follows) return;  // b moves nothing of this request's decode either
   r.prompt_b = TokenBudget(r, static_cast<int64_t>(r.spec.prompt.size()));
   if (follows) {
-    const int32_t min_depth = std::max(r.spec.exit.min_depth, MinExitDepth(opt_.lookahead));
-    r.prompt_loops = PromptDepthAt(r.prompt_b, r.loops, min_depth);
+    r.prompt_loops = PromptDepthAt(r.prompt_b, r.loops, MinDepthOf(r));
     sched_.SetPromptLoops(id, r.prompt_loops);
   }
 }
@@ -419,6 +418,11 @@ Engine::Iteration Engine::IterationOf(double rows, double ctx_per_row) const {
   return it;
 }
 
+// The fewest loop steps a token of the request may run: its own min_depth, or the lookahead's.
+int32_t Engine::MinDepthOf(const Req& r) const {
+  return std::max(r.spec.exit.min_depth, MinExitDepth(opt_.lookahead));
+}
+
 // Loop steps the rest of a request's prompt runs, at full depth and at b = 0: its decided
 // depth once its first chunk ran; before that, with prompts following the budget
 // (EngineOptions::budget_prompts and an exit policy that follows b), from all of its loops
@@ -429,8 +433,7 @@ Engine::PromptSteps Engine::PromptStepsOf(const Req& r) const {
   if (r.prompt_decided)
     return {std::max<double>(r.prompt_loops, 1), std::max<double>(r.prompt_loops, 1)};
   if (!opt_.budget_prompts || !r.policy || !r.policy->follows_budget()) return {all, all};
-  const int32_t min_depth = std::max(r.spec.exit.min_depth, MinExitDepth(opt_.lookahead));
-  return {all, static_cast<double>(PromptDepthAt(0.0, std::max(r.loops, 1), min_depth))};
+  return {all, static_cast<double>(PromptDepthAt(0.0, std::max(r.loops, 1), MinDepthOf(r)))};
 }
 
 // Time request `id` needs to finish from now, at full depth and at minimum depth. A running
@@ -453,7 +456,7 @@ TimeNeed Engine::Need(RequestId id, double now, const Iteration& running, const 
   const auto prompt_left = static_cast<double>(s.spec.prompt_len - s.prefilled);
   const PromptSteps steps = PromptStepsOf(r);
   const auto left_tokens = static_cast<double>(s.spec.max_tokens - static_cast<int32_t>(s.tokens.size()));
-  const int32_t min_depth = std::max(r.spec.exit.min_depth, MinExitDepth(opt_.lookahead));
+  const int32_t min_depth = MinDepthOf(r);
   const double full_d = std::max(r.loops, 1), min_d = std::min(full_d, static_cast<double>(min_depth));
   const Iteration& own = waiting ? all : running;
   // d: the decode tokens' loop steps; prompt_steps: the prompt's; ahead: the prompts' ahead.

@@ -205,6 +205,7 @@ class Engine {
   struct PromptSteps {
     double full = 1, min = 1;  // loop steps of a prompt at full depth and at b = 0
   };
+  int32_t MinDepthOf(const Req& r) const;
   PromptSteps PromptStepsOf(const Req& r) const;
   TimeNeed Need(RequestId id, double now, const Iteration& running, const Iteration& all,
                 bool waiting, double ahead_tokens, const PromptSteps& ahead_prompt) const;
