@@ -3,16 +3,17 @@
 # HEADS=.. KV_HEADS=.. HEAD_DIM=.." headers, each followed by the bench's lines (the old binary
 # prints per-head and shared-tile times; the path the engine took is compared: shared tiles
 # from 4 heads per KV head, else per head). Binaries that print plain "L n: t ms" lines count
-# as the header's label says (old or new).
+# as the header's label says (old or new). An optional " BATCH=b" ends the header (default 8).
 #   scripts/decode-attention-ratios.py benchmarks/decode-attention-pairs-2026-12-03-*.txt
 import re,collections,statistics,sys
 d=collections.defaultdict(list)
 for fn in sys.argv[1:]:
     cur=None
     for line in open(fn):
-        m=re.match(r'== (\w+) th (\d) HEADS=(\d+) KV_HEADS=(\d+) HEAD_DIM=(\d+)',line)
+        m=re.match(r'== (\w+) th (\d) HEADS=(\d+) KV_HEADS=(\d+) HEAD_DIM=(\d+)(?: BATCH=(\d+))?',line)
         if m: cur=m.groups(); continue
-        b,th,h,kv,hd=cur
+        b,th,h,kv,hd,batch=cur
+        hd=hd+'/b'+(batch or '8')
         m=re.match(r'L +(\d+): +per-head +([\d.]+) ms.*shared tiles +([\d.]+) ms',line)
         if m:
             L=int(m.group(1)); ph=float(m.group(2)); sh=float(m.group(3))

@@ -1,7 +1,9 @@
 // Paged attention in f32 with AVX2/FMA, or AVX-512 (16 lanes a register) where the CPU has
-// it. Work unit: one row and one KV head with the query heads that share it. The unit first
-// resolves its key list (segments, block tables, hole masks) into per-thread arrays of K and V
-// row pointers, one block-table lookup per block, then runs a two-pass softmax: scores for all
+// it. Work unit: one row and a range of its KV heads with the query heads that share them (all
+// of them where few query heads share a KV head and threads need no more units: RunUnits).
+// The unit first resolves its key list (segments, block tables, hole masks) into per-thread
+// arrays of K and V row pointers, one block-table lookup per block, then runs a two-pass
+// softmax (keys a tile at a time through all the unit's heads): scores for all
 // keys, exp and sum, then the weighted sum of V. K/V elements are f32 or bf16 (template T =
 // float / uint16_t): bf16 is widened 8 (or 16) values at a time (zero-extend to 32 bits, shift
 // left 16: exact), so both read paths do the same f32 arithmetic.
@@ -56,12 +58,19 @@ namespace {
 // only the last tile has a tail.
 constexpr int64_t kKeyTile = 32;
 
+// The query heads of one KV head that a unit computes: heads [first, first + count) of the
+// unit's lists, reading K/V at element offset `off` of each key row (kvh * head_dim).
+struct KvHeadHeads {
+  int64_t off, first, count;
+};
+
 struct UnitScratch {
-  std::vector<const void*> k, v;  // key rows of the unit's KV head (elements T)
+  std::vector<const void*> k, v;  // key rows (elements T; the row's start, KV head 0)
   std::vector<float> p;           // [heads][n_keys] scores, then probabilities
   // The heads the unit computes: query and output rows [head_dim], scores [n_keys] in p.
   std::vector<const float*> head_q;
   std::vector<float*> head_out, head_p;
+  std::vector<KvHeadHeads> groups;  // by KV head, in order
 };
 
 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
@@ -82,11 +91,11 @@ UnitScratch& Scratch() {
   return s;
 }
 
-// Resolves the row's keys into K/V row pointers at KV-head offset `off`; returns the count.
+// Resolves the row's keys into K/V row pointers (each key row's start); returns the count.
 // One block-table lookup (and one division) per block, not per key.
 template <typename T>
 int64_t GatherKeys(const PagedKvView& kv, const PagedAttentionRow& row, const KeySegment* segs,
-                   int64_t off, UnitScratch& s) {
+                   UnitScratch& s) {
   int64_t n = 0;
   for (int32_t i = row.seg_begin; i < row.seg_end; ++i) n += segs[i].end - segs[i].begin;
   if (static_cast<int64_t>(s.k.size()) < n) s.k.resize(static_cast<size_t>(n)), s.v.resize(static_cast<size_t>(n));
@@ -98,7 +107,7 @@ int64_t GatherKeys(const PagedKvView& kv, const PagedAttentionRow& row, const Ke
     for (int64_t p = g.begin; p < g.end;) {
       const int64_t blk = p / kv.block_size;
       const int64_t last = std::min(g.end, (blk + 1) * kv.block_size);
-      int64_t at = g.block_table[blk] * kv.block_stride + (p - blk * kv.block_size) * kv.row_stride + off;
+      int64_t at = g.block_table[blk] * kv.block_stride + (p - blk * kv.block_size) * kv.row_stride;
       for (; p < last; ++p, at += kv.row_stride) {
         if (g.key_steps && g.key_steps[p] <= g.min_step) continue;  // a hole: never written
         s.k[static_cast<size_t>(m)] = kb + at;
@@ -119,11 +128,11 @@ inline __m128 Sum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-// p[h][j] = scale * q[h] . k[j] for NH heads (1 or 2) and 4 keys (the first `valid` stored;
-// pass the last key again for the others).
+// p[h][j] = scale * q[h] . k[j][off ..] for NH heads (1 or 2) and 4 keys (the first `valid`
+// stored; pass the last key again for the others).
 template <typename T, int NH>
-inline void ScorePass(const float* const* q, const T* const* k, int64_t hd, float scale, float* const* p,
-                      int64_t valid) {
+inline void ScorePass(const float* const* q, const T* const* k, int64_t off, int64_t hd,
+                      float scale, float* const* p, int64_t valid) {
   __m256 acc[NH][4];
   for (int h = 0; h < NH; ++h)
     for (int j = 0; j < 4; ++j) acc[h][j] = _mm256_setzero_ps();
@@ -132,14 +141,14 @@ inline void ScorePass(const float* const* q, const T* const* k, int64_t hd, floa
     __m256 qv[NH];
     for (int h = 0; h < NH; ++h) qv[h] = _mm256_loadu_ps(q[h] + d);
     for (int j = 0; j < 4; ++j) {
-      const __m256 kv = Load8(k[j] + d);
+      const __m256 kv = Load8(k[j] + off + d);
       for (int h = 0; h < NH; ++h) acc[h][j] = _mm256_fmadd_ps(qv[h], kv, acc[h][j]);
     }
   }
   alignas(16) float tail[NH][4] = {};
   for (; d < hd; ++d)
     for (int j = 0; j < 4; ++j) {
-      const float kd = Load1(k[j] + d);
+      const float kd = Load1(k[j] + off + d);
       for (int h = 0; h < NH; ++h) tail[h][j] = std::fma(q[h][d], kd, tail[h][j]);
     }
   const __m128 vscale = _mm_set1_ps(scale);
@@ -158,15 +167,15 @@ inline void ScorePass(const float* const* q, const T* const* k, int64_t hd, floa
 
 // Scores of keys kp[0 .. n) for NH heads into p[h][0 .. n).
 template <typename T, int NH>
-void ScoresFor(const float* const* q, const void* const* kp, int64_t n, int64_t hd, float scale,
-               float* const* p) {
+void ScoresFor(const float* const* q, const void* const* kp, int64_t off, int64_t n, int64_t hd,
+               float scale, float* const* p) {
   for (int64_t t = 0; t < n; t += 4) {
     const int64_t valid = std::min<int64_t>(4, n - t);
     const T* k[4];
     for (int64_t j = 0; j < 4; ++j) k[j] = Elems<T>(kp[t + std::min(j, valid - 1)]);
     float* pt[NH];
     for (int h = 0; h < NH; ++h) pt[h] = p[h] + t;
-    ScorePass<T, NH>(q, k, hd, scale, pt, valid);
+    ScorePass<T, NH>(q, k, off, hd, scale, pt, valid);
   }
 }
 
@@ -174,8 +183,8 @@ void ScoresFor(const float* const* q, const void* const* kp, int64_t n, int64_t 
 // NH * NV registers; added to out's values (the sums of earlier keys) when `resume`, in the
 // same order as one pass.
 template <typename T, int NH, int NV>
-void WeightedSumChunk(const float* const* w, const void* const* v, int64_t n, int64_t c,
-                      float* const* out, bool resume) {
+void WeightedSumChunk(const float* const* w, const void* const* v, int64_t off, int64_t n,
+                      int64_t c, float* const* out, bool resume) {
   __m256 acc[NH][NV];
   for (int h = 0; h < NH; ++h)
     for (int j = 0; j < NV; ++j)
@@ -183,7 +192,7 @@ void WeightedSumChunk(const float* const* w, const void* const* v, int64_t n, in
   for (int64_t t = 0; t < n; ++t) {
     __m256 wt[NH];
     for (int h = 0; h < NH; ++h) wt[h] = _mm256_set1_ps(w[h][t]);
-    const T* vt = Elems<T>(v[t]) + c;
+    const T* vt = Elems<T>(v[t]) + off + c;
     for (int j = 0; j < NV; ++j) {
       const __m256 x = Load8(vt + 8 * j);
       for (int h = 0; h < NH; ++h) acc[h][j] = _mm256_fmadd_ps(wt[h], x, acc[h][j]);
@@ -194,15 +203,15 @@ void WeightedSumChunk(const float* const* w, const void* const* v, int64_t n, in
 }
 
 template <typename T, int NH>
-void WeightedSum(const float* const* w, const void* const* v, int64_t n, int64_t hd,
+void WeightedSum(const float* const* w, const void* const* v, int64_t off, int64_t n, int64_t hd,
                  float* const* out, bool resume) {
   int64_t c = 0;
-  for (; c + 32 <= hd; c += 32) WeightedSumChunk<T, NH, 4>(w, v, n, c, out, resume);
-  for (; c + 8 <= hd; c += 8) WeightedSumChunk<T, NH, 1>(w, v, n, c, out, resume);
+  for (; c + 32 <= hd; c += 32) WeightedSumChunk<T, NH, 4>(w, v, off, n, c, out, resume);
+  for (; c + 8 <= hd; c += 8) WeightedSumChunk<T, NH, 1>(w, v, off, n, c, out, resume);
   for (; c < hd; ++c)
     for (int h = 0; h < NH; ++h) {
       float acc = resume ? out[h][c] : 0.f;
-      for (int64_t t = 0; t < n; ++t) acc = std::fma(w[h][t], Load1(Elems<T>(v[t]) + c), acc);
+      for (int64_t t = 0; t < n; ++t) acc = std::fma(w[h][t], Load1(Elems<T>(v[t]) + off + c), acc);
       out[h][c] = acc;
     }
 }
@@ -236,7 +245,8 @@ FATHOM_TARGET_AVX512ROWS inline __m256 Fold(__m512 x) {
 }
 
 template <typename T, int NH>
-FATHOM_TARGET_AVX512ROWS inline void ScorePass16(const float* const* q, const T* const* k, int64_t hd, float scale,
+FATHOM_TARGET_AVX512ROWS inline void ScorePass16(const float* const* q, const T* const* k,
+                                                 int64_t off, int64_t hd, float scale,
                                                  float* const* p, int64_t valid) {
   __m512 acc[NH][4];
   for (int h = 0; h < NH; ++h)
@@ -246,7 +256,7 @@ FATHOM_TARGET_AVX512ROWS inline void ScorePass16(const float* const* q, const T*
     __m512 qv[NH];
     for (int h = 0; h < NH; ++h) qv[h] = Load16(q[h] + d);
     for (int j = 0; j < 4; ++j) {
-      const __m512 kv = Load16(k[j] + d);
+      const __m512 kv = Load16(k[j] + off + d);
       for (int h = 0; h < NH; ++h) acc[h][j] = _mm512_fmadd_ps(qv[h], kv, acc[h][j]);
     }
   }
@@ -255,7 +265,7 @@ FATHOM_TARGET_AVX512ROWS inline void ScorePass16(const float* const* q, const T*
     __m512 qv[NH];
     for (int h = 0; h < NH; ++h) qv[h] = Load16(q[h] + d, m);
     for (int j = 0; j < 4; ++j) {
-      const __m512 kv = Load16(k[j] + d, m);
+      const __m512 kv = Load16(k[j] + off + d, m);
       for (int h = 0; h < NH; ++h) acc[h][j] = _mm512_fmadd_ps(qv[h], kv, acc[h][j]);
     }
   }
@@ -274,22 +284,23 @@ FATHOM_TARGET_AVX512ROWS inline void ScorePass16(const float* const* q, const T*
 }
 
 template <typename T, int NH>
-FATHOM_TARGET_AVX512ROWS void ScoresFor16(const float* const* q, const void* const* kp, int64_t n, int64_t hd,
-                                          float scale, float* const* p) {
+FATHOM_TARGET_AVX512ROWS void ScoresFor16(const float* const* q, const void* const* kp, int64_t off,
+                                          int64_t n, int64_t hd, float scale, float* const* p) {
   for (int64_t t = 0; t < n; t += 4) {
     const int64_t valid = std::min<int64_t>(4, n - t);
     const T* k[4];
     for (int64_t j = 0; j < 4; ++j) k[j] = Elems<T>(kp[t + std::min(j, valid - 1)]);
     float* pt[NH];
     for (int h = 0; h < NH; ++h) pt[h] = p[h] + t;
-    ScorePass16<T, NH>(q, k, hd, scale, pt, valid);
+    ScorePass16<T, NH>(q, k, off, hd, scale, pt, valid);
   }
 }
 
 // out[h][c .. c + 16*NV) (+)= sum_t w[h][t] * v_t[...] as WeightedSumChunk, 16 lanes a
 // register; `last` masks the chunk's last vector (the head_dim % 16 tail).
 template <typename T, int NH, int NV>
-FATHOM_TARGET_AVX512ROWS void WeightedSumChunk16(const float* const* w, const void* const* v, int64_t n, int64_t c,
+FATHOM_TARGET_AVX512ROWS void WeightedSumChunk16(const float* const* w, const void* const* v,
+                                                 int64_t off, int64_t n, int64_t c,
                                                  float* const* out, bool resume, __mmask16 last) {
   __m512 acc[NH][NV];
   const auto mask = [last](int j) { return j == NV - 1 ? last : static_cast<__mmask16>(0xFFFF); };
@@ -299,7 +310,7 @@ FATHOM_TARGET_AVX512ROWS void WeightedSumChunk16(const float* const* w, const vo
   for (int64_t t = 0; t < n; ++t) {
     __m512 wt[NH];
     for (int h = 0; h < NH; ++h) wt[h] = _mm512_set1_ps(w[h][t]);
-    const T* vt = Elems<T>(v[t]) + c;
+    const T* vt = Elems<T>(v[t]) + off + c;
     for (int j = 0; j < NV; ++j) {
       const __m512 x = j == NV - 1 && last != 0xFFFF ? Load16(vt + 16 * j, last) : Load16(vt + 16 * j);
       for (int h = 0; h < NH; ++h) acc[h][j] = _mm512_fmadd_ps(wt[h], x, acc[h][j]);
@@ -310,29 +321,35 @@ FATHOM_TARGET_AVX512ROWS void WeightedSumChunk16(const float* const* w, const vo
 }
 
 template <typename T, int NH>
-FATHOM_TARGET_AVX512ROWS void WeightedSum16(const float* const* w, const void* const* v, int64_t n, int64_t hd,
-                                            float* const* out, bool resume) {
+FATHOM_TARGET_AVX512ROWS void WeightedSum16(const float* const* w, const void* const* v,
+                                            int64_t off, int64_t n, int64_t hd, float* const* out,
+                                            bool resume) {
   int64_t c = 0;
-  for (; c + 64 <= hd; c += 64) WeightedSumChunk16<T, NH, 4>(w, v, n, c, out, resume, 0xFFFF);
-  for (; c + 16 <= hd; c += 16) WeightedSumChunk16<T, NH, 1>(w, v, n, c, out, resume, 0xFFFF);
+  for (; c + 64 <= hd; c += 64) WeightedSumChunk16<T, NH, 4>(w, v, off, n, c, out, resume, 0xFFFF);
+  for (; c + 16 <= hd; c += 16) WeightedSumChunk16<T, NH, 1>(w, v, off, n, c, out, resume, 0xFFFF);
   if (c < hd)
-    WeightedSumChunk16<T, NH, 1>(w, v, n, c, out, resume, static_cast<__mmask16>((1u << (hd - c)) - 1));
+    WeightedSumChunk16<T, NH, 1>(w, v, off, n, c, out, resume,
+                                 static_cast<__mmask16>((1u << (hd - c)) - 1));
 }
 
 // The leaves AttendGathered runs: 8 lanes (AVX2, every CPU fathom runs on) or 16.
 template <bool kWide>
 struct Leaves {
   template <typename T, int NH>
-  static void Scores(const float* const* q, const void* const* kp, int64_t n, int64_t hd, float scale,
-                     float* const* p) {
-    if constexpr (kWide) ScoresFor16<T, NH>(q, kp, n, hd, scale, p);
-    else ScoresFor<T, NH>(q, kp, n, hd, scale, p);
+  static void Scores(const float* const* q, const void* const* kp, int64_t off, int64_t n,
+                     int64_t hd, float scale, float* const* p) {
+    if constexpr (kWide)
+      ScoresFor16<T, NH>(q, kp, off, n, hd, scale, p);
+    else
+      ScoresFor<T, NH>(q, kp, off, n, hd, scale, p);
   }
   template <typename T, int NH>
-  static void Sum(const float* const* w, const void* const* v, int64_t n, int64_t hd, float* const* out,
-                  bool resume) {
-    if constexpr (kWide) WeightedSum16<T, NH>(w, v, n, hd, out, resume);
-    else WeightedSum<T, NH>(w, v, n, hd, out, resume);
+  static void Sum(const float* const* w, const void* const* v, int64_t off, int64_t n, int64_t hd,
+                  float* const* out, bool resume) {
+    if constexpr (kWide)
+      WeightedSum16<T, NH>(w, v, off, n, hd, out, resume);
+    else
+      WeightedSum<T, NH>(w, v, off, n, hd, out, resume);
   }
 };
 
@@ -343,7 +360,11 @@ bool UseAvx512Rows() {
 }
 
 // softmax(scale * q k^T) v over the n gathered keys for the unit's heads (s.head_q,
-// s.head_out), with the leaves L (Leaves<kWide>).
+// s.head_out, by KV head in s.groups), with the leaves L (Leaves<kWide>). Keys go a tile at
+// a time through every KV head of the unit, so a tile's key rows are read whole (a unit of
+// all of a row's KV heads streams each block of the cache front to back, which the
+// hardware prefetchers follow; one KV head's slice of each row, 128-256 bytes every
+// row_stride, they did not).
 template <typename T, typename L>
 void AttendGathered(int64_t hd, float scale, int64_t n, UnitScratch& s) {
   const auto nh = static_cast<int64_t>(s.head_q.size());
@@ -357,17 +378,19 @@ void AttendGathered(int64_t hd, float scale, int64_t n, UnitScratch& s) {
   const float* const* q = s.head_q.data();
   float* const* out = s.head_out.data();
   float* const* pr = s.head_p.data();
-  // One pair: nothing to keep in L1 for another pair, so all keys in one pass (the same bits:
-  // a tile's sums resume from the last tile's, exactly).
-  const int64_t tile = nh <= 2 ? n : kKeyTile;
+  // One pair of one KV head: nothing to keep in L1 for another pair, so all keys in one pass
+  // (the same bits: a tile's sums resume from the last tile's, exactly).
+  const int64_t tile = s.groups.size() == 1 && nh <= 2 ? n : kKeyTile;
   for (int64_t t0 = 0; t0 < n; t0 += tile) {
     const int64_t nt = std::min(tile, n - t0);
-    ForHeadPairs(nh, [&](int64_t h, auto pair) {
-      constexpr int NH = decltype(pair)::value;
-      float* p[NH];
-      for (int i = 0; i < NH; ++i) p[i] = pr[h + i] + t0;
-      L::template Scores<T, NH>(q + h, s.k.data() + t0, nt, hd, scale, p);
-    });
+    for (const KvHeadHeads& g : s.groups)
+      ForHeadPairs(g.count, [&](int64_t i0, auto pair) {
+        constexpr int NH = decltype(pair)::value;
+        const int64_t h = g.first + i0;
+        float* p[NH];
+        for (int i = 0; i < NH; ++i) p[i] = pr[h + i] + t0;
+        L::template Scores<T, NH>(q + h, s.k.data() + t0, g.off, nt, hd, scale, p);
+      });
   }
   for (int64_t h = 0; h < nh; ++h) {
     float* ph = pr[h];
@@ -376,12 +399,14 @@ void AttendGathered(int64_t hd, float scale, int64_t n, UnitScratch& s) {
   }
   for (int64_t t0 = 0; t0 < n; t0 += tile) {
     const int64_t nt = std::min(tile, n - t0);
-    ForHeadPairs(nh, [&](int64_t h, auto pair) {
-      constexpr int NH = decltype(pair)::value;
-      const float* w[NH];
-      for (int i = 0; i < NH; ++i) w[i] = pr[h + i] + t0;
-      L::template Sum<T, NH>(w, s.v.data() + t0, nt, hd, out + h, t0 > 0);
-    });
+    for (const KvHeadHeads& g : s.groups)
+      ForHeadPairs(g.count, [&](int64_t i0, auto pair) {
+        constexpr int NH = decltype(pair)::value;
+        const int64_t h = g.first + i0;
+        const float* w[NH];
+        for (int i = 0; i < NH; ++i) w[i] = pr[h + i] + t0;
+        L::template Sum<T, NH>(w, s.v.data() + t0, g.off, nt, hd, out + h, t0 > 0);
+      });
   }
 }
 
@@ -425,25 +450,32 @@ bool SameKeys(const PagedAttentionRow& a, const PagedAttentionRow& b, const KeyS
   return true;
 }
 
+// The row against KV heads [kvh_begin, kvh_end) and their query heads.
 template <typename T>
 void AttendRowAs(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow& row,
-                 const KeySegment* segments, int64_t kvh, int64_t group) {
+                 const KeySegment* segments, int64_t kvh_begin, int64_t kvh_end, int64_t group) {
   const int64_t hd = s.head_dim;
   UnitScratch& sc = Scratch();
-  // The group's heads; pruned ones (L2A head_keep) get zeros and no work.
+  // The heads; pruned ones (L2A head_keep) get zeros and no work.
   sc.head_q.clear();
   sc.head_out.clear();
-  for (int64_t g = 0; g < group; ++g) {
-    const int64_t h = kvh * group + g;
-    if (row.head_keep && !row.head_keep[h]) {
-      std::fill_n(row.out + h * hd, hd, 0.f);
-      continue;
+  sc.groups.clear();
+  for (int64_t kvh = kvh_begin; kvh < kvh_end; ++kvh) {
+    const auto first = static_cast<int64_t>(sc.head_q.size());
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t h = kvh * group + g;
+      if (row.head_keep && !row.head_keep[h]) {
+        std::fill_n(row.out + h * hd, hd, 0.f);
+        continue;
+      }
+      sc.head_q.push_back(row.q + h * hd);
+      sc.head_out.push_back(row.out + h * hd);
     }
-    sc.head_q.push_back(row.q + h * hd);
-    sc.head_out.push_back(row.out + h * hd);
+    const auto count = static_cast<int64_t>(sc.head_q.size()) - first;
+    if (count > 0) sc.groups.push_back({kvh * hd, first, count});
   }
   if (sc.head_q.empty()) return;  // every head pruned: the keys are not even gathered
-  const int64_t n = GatherKeys<T>(kv, row, segments, kvh * hd, sc);
+  const int64_t n = GatherKeys<T>(kv, row, segments, sc);
   if (UseAvx512Rows())
     AttendGathered<T, Leaves<true>>(hd, s.scale, n, sc);
   else
@@ -451,11 +483,63 @@ void AttendRowAs(const AttentionShape& s, const PagedKvView& kv, const PagedAtte
 }
 
 void AttendRow(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow& row,
-               const KeySegment* segments, int64_t kvh, int64_t group) {
+               const KeySegment* segments, int64_t kvh_begin, int64_t kvh_end, int64_t group) {
   if (kv.dtype == DType::kBF16)
-    AttendRowAs<uint16_t>(s, kv, row, segments, kvh, group);
+    AttendRowAs<uint16_t>(s, kv, row, segments, kvh_begin, kvh_end, group);
   else
-    AttendRowAs<float>(s, kv, row, segments, kvh, group);
+    AttendRowAs<float>(s, kv, row, segments, kvh_begin, kvh_end, group);
+}
+
+// A unit of work: rows [first, first + count) (one row, or a tile of rows with the same keys)
+// against KV heads [kvh_begin, kvh_end).
+struct Unit {
+  int64_t first, count, kvh_begin, kvh_end;
+};
+
+std::vector<Unit>& Units() {
+  thread_local std::vector<Unit> units;
+  return units;
+}
+
+// Query heads per KV head up to which a single row's unit takes several KV heads. With few
+// heads per KV head the per-row kernel waits on memory: one KV head's slice of each key row
+// (128-256 bytes every row_stride) is a pattern the hardware prefetchers hardly follow, and
+// whole rows stream 1.2-1.6x faster (BENCHMARKS.md "Decode attention: whole key rows"). With
+// 8 it is bound by its arithmetic, and the larger working set of whole rows cost 5-10%.
+constexpr int64_t kMaxGroupForWholeRows = 4;
+
+// Runs the runs (first row, row count): a tile (count > 1) per KV head; a single row with as
+// many of its KV heads per unit as leave each thread about four units, all of them on one
+// thread (so that its key rows are read whole), or one KV head per unit where the heads per
+// KV head exceed kMaxGroupForWholeRows. A row's bits do not depend on the split.
+void RunUnits(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow* rows,
+              int64_t n_rows, const KeySegment* segments,
+              const std::vector<std::pair<int64_t, int64_t>>& runs) {
+  const int64_t group = s.n_heads / s.n_kv_heads;
+  const bool parallel =
+      CountKeys(rows, n_rows, segments) * s.n_heads * s.head_dim >= (int64_t{1} << 16) &&
+      (runs.size() > 1 || s.n_kv_heads > 1);
+  const auto threads = static_cast<int64_t>(parallel ? omp_get_max_threads() : 1);
+  const auto n_runs = static_cast<int64_t>(runs.size());
+  const int64_t splits =
+      group > kMaxGroupForWholeRows ? s.n_kv_heads
+      : threads == 1                ? 1
+                     : std::clamp<int64_t>((4 * threads + n_runs - 1) / n_runs, 1, s.n_kv_heads);
+  const int64_t span = (s.n_kv_heads + splits - 1) / splits;
+  std::vector<Unit>& units = Units();
+  units.clear();
+  for (const auto& [first, count] : runs)
+    for (int64_t h = 0; h<s.n_kv_heads; h += count> 1 ? 1 : span)
+      units.push_back({first, count, h, count > 1 ? h + 1 : std::min(s.n_kv_heads, h + span)});
+  const auto n_units = static_cast<int64_t>(units.size());
+#pragma omp parallel for schedule(dynamic, 1) if (parallel && n_units > 1)
+  for (int64_t u = 0; u < n_units; ++u) {
+    const Unit& w = units[static_cast<size_t>(u)];
+    if (w.count == 1)
+      AttendRow(s, kv, rows[w.first], segments, w.kvh_begin, w.kvh_end, group);
+    else
+      internal::PagedAttentionTile(s, kv, rows + w.first, w.count, segments, w.kvh_begin);
+  }
 }
 
 void CheckView(const AttentionShape& s, const PagedKvView& kv) {
@@ -473,15 +557,10 @@ void PagedAttentionRowwise(const AttentionShape& s, const PagedKvView& kv,
                            const PagedAttentionRow* rows, int64_t n_rows,
                            const KeySegment* segments) {
   CheckView(s, kv);
-  const int64_t group = s.n_heads / s.n_kv_heads, hd = s.head_dim;
-  const int64_t units = n_rows * s.n_kv_heads;
-  const bool parallel = CountKeys(rows, n_rows, segments) * s.n_heads * hd >= (int64_t{1} << 16) &&
-                        units > 1;
-#pragma omp parallel for schedule(dynamic, 1) if (parallel)
-  for (int64_t u = 0; u < units; ++u) {
-    const int64_t i = u / s.n_kv_heads, kvh = u % s.n_kv_heads;
-    AttendRow(s, kv, rows[i], segments, kvh, group);
-  }
+  std::vector<std::pair<int64_t, int64_t>>& runs = Runs();  // (row, 1)
+  runs.clear();
+  for (int64_t i = 0; i < n_rows; ++i) runs.emplace_back(i, 1);
+  RunUnits(s, kv, rows, n_rows, segments, runs);
 }
 
 void SetPagedAttentionTilesForTesting(bool enabled) { g_tiles_enabled.store(enabled); }
@@ -499,7 +578,7 @@ void SetPagedAttentionAvx512RowsForTesting(bool enabled) { g_rows16_enabled.stor
 void PagedAttention(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow* rows,
                     int64_t n_rows, const KeySegment* segments) {
   CheckView(s, kv);
-  const int64_t group = s.n_heads / s.n_kv_heads, hd = s.head_dim;
+  const int64_t group = s.n_heads / s.n_kv_heads;
   const int64_t max_tile = internal::kMaxTileQueries / group;
   if (max_tile < kMinTileRows || !g_tiles_enabled.load(std::memory_order_relaxed) ||
       !internal::PagedAttentionTilesSupported()) {
@@ -520,19 +599,7 @@ void PagedAttention(const AttentionShape& s, const PagedKvView& kv, const PagedA
       runs.emplace_back(i, j - i);
     i = j;
   }
-  const auto n_runs = static_cast<int64_t>(runs.size());
-  const int64_t units = n_runs * s.n_kv_heads;
-  const bool parallel = CountKeys(rows, n_rows, segments) * s.n_heads * hd >= (int64_t{1} << 16) &&
-                        units > 1;
-#pragma omp parallel for schedule(dynamic, 1) if (parallel)
-  for (int64_t u = 0; u < units; ++u) {
-    const auto [first, count] = runs[static_cast<size_t>(u / s.n_kv_heads)];
-    const int64_t kvh = u % s.n_kv_heads;
-    if (count == 1)
-      AttendRow(s, kv, rows[first], segments, kvh, group);
-    else
-      internal::PagedAttentionTile(s, kv, rows + first, count, segments, kvh);
-  }
+  RunUnits(s, kv, rows, n_rows, segments, runs);
 }
 
 void PagedAttentionReference(const AttentionShape& s, const PagedKvView& kv,
