@@ -140,7 +140,9 @@ j=json.load(sys.stdin)
 for r in j['results']:
     print(json.dumps({'engine':'fathom','format':sys.argv[1],'round':int(sys.argv[2]),'host':sys.argv[3],'batch':r['batch'],
         'prompt_tok_s':r['prompt_tokens_per_s'],'decode_tok_s':r['decode_tokens_per_s'],
-        'fraction_of_bandwidth':r['fraction_of_bandwidth'],'weight_bytes_per_step':j['weight_bytes_per_step'],
+        'fraction_of_bandwidth':r['fraction_of_bandwidth'],'fraction_of_read_bandwidth':r['fraction_of_read_bandwidth'],
+        'fraction_of_roofline':r['fraction_of_roofline'],'weight_bytes_per_step':j['weight_bytes_per_step'],
+        'read_bandwidth_gbs':j['bandwidth_read_gbs'],
         'bandwidth_gbs':max(j['bandwidth_read_gbs'],j['bandwidth_copy_gbs'],j['bandwidth_triad_gbs']),'kv_dtype':j['kv_dtype']}))" \
         "$f" "$round" "$host" >> "$out"
   done

@@ -8,7 +8,7 @@
 namespace fathom {
 
 struct Bandwidth {
-  double read_gbs = 0;   // sum of one array: bytes read / s
+  double read_gbs = 0;   // sum of one array (vector accumulators): bytes read / s
   double copy_gbs = 0;   // a = b: 2 x bytes / s
   double triad_gbs = 0;  // a = b + s c: 3 x bytes / s
   double best() const;   // the largest of the three
