@@ -57,6 +57,14 @@ namespace {
 // 4-16 KB of bf16 or f32, stay in L1 between pairs. A multiple of the score pass's 4 keys, so
 // only the last tile has a tail.
 constexpr int64_t kKeyTile = 32;
+// Keys a tile for units of several KV heads with one pair of query heads each (MHA, or 2 query
+// heads per KV head): nothing is reused across pairs, so the tile only sets the order in
+// which key rows are read, and short tiles read them nearly whole, row after row (1.4-1.7x
+// the rate of tiles of 32 for Ouro-1.4B's shape; with 2 pairs per KV head 8 was slower than
+// 32, and so it was for units of 2 KV heads: BENCHMARKS.md "Decode attention: whole key
+// rows"). Used from kMinKvHeadsForRowOrder KV heads per unit.
+constexpr int64_t kRowOrderTile = 8;
+constexpr size_t kMinKvHeadsForRowOrder = 4;
 
 // The query heads of one KV head that a unit computes: heads [first, first + count) of the
 // unit's lists, reading K/V at element offset `off` of each key row (kvh * head_dim).
@@ -380,7 +388,10 @@ void AttendGathered(int64_t hd, float scale, int64_t n, UnitScratch& s) {
   float* const* pr = s.head_p.data();
   // One pair of one KV head: nothing to keep in L1 for another pair, so all keys in one pass
   // (the same bits: a tile's sums resume from the last tile's, exactly).
-  const int64_t tile = s.groups.size() == 1 && nh <= 2 ? n : kKeyTile;
+  // Several KV heads of one pair each: short tiles, so that key rows are read nearly whole.
+  const bool row_order = s.groups.size() >= kMinKvHeadsForRowOrder &&
+                         std::all_of(s.groups.begin(), s.groups.end(), [](const KvHeadHeads& g) { return g.count <= 2; });
+  const int64_t tile = s.groups.size() == 1 && nh <= 2 ? n : row_order ? kRowOrderTile : kKeyTile;
   for (int64_t t0 = 0; t0 < n; t0 += tile) {
     const int64_t nt = std::min(tile, n - t0);
     for (const KvHeadHeads& g : s.groups)
