@@ -23,7 +23,7 @@ float SumAll(const float* x, long n) {
 #pragma omp parallel reduction(+ : total)
   {
     const long threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const long per = (n / threads + 63) / 64 * 64;
+    const long per = ((n + threads - 1) / threads + 63) / 64 * 64;  // covers n
     const long lo = std::min(n, t * per), hi = std::min(n, lo + per);
     __m256 acc[8];
     for (__m256& a : acc) a = _mm256_setzero_ps();

@@ -386,11 +386,13 @@ void AttendGathered(int64_t hd, float scale, int64_t n, UnitScratch& s) {
   const float* const* q = s.head_q.data();
   float* const* out = s.head_out.data();
   float* const* pr = s.head_p.data();
-  // One pair of one KV head: nothing to keep in L1 for another pair, so all keys in one pass
-  // (the same bits: a tile's sums resume from the last tile's, exactly).
-  // Several KV heads of one pair each: short tiles, so that key rows are read nearly whole.
+  // Keys a tile at a time (the same bits as one pass: a tile's sums resume from the last
+  // tile's, exactly). One pair of one KV head: nothing to keep in L1 for another pair, so all
+  // keys in one pass; several KV heads of one pair each: short tiles, so that key rows are
+  // read nearly whole; else tiles that stay in L1 across the pairs of a KV head.
+  const auto one_pair = [](const KvHeadHeads& g) { return g.count <= 2; };
   const bool row_order = s.groups.size() >= kMinKvHeadsForRowOrder &&
-                         std::all_of(s.groups.begin(), s.groups.end(), [](const KvHeadHeads& g) { return g.count <= 2; });
+                         std::all_of(s.groups.begin(), s.groups.end(), one_pair);
   const int64_t tile = s.groups.size() == 1 && nh <= 2 ? n : row_order ? kRowOrderTile : kKeyTile;
   for (int64_t t0 = 0; t0 < n; t0 += tile) {
     const int64_t nt = std::min(tile, n - t0);
@@ -532,16 +534,20 @@ void RunUnits(const AttentionShape& s, const PagedKvView& kv, const PagedAttenti
       (runs.size() > 1 || s.n_kv_heads > 1);
   const auto threads = static_cast<int64_t>(parallel ? omp_get_max_threads() : 1);
   const auto n_runs = static_cast<int64_t>(runs.size());
-  const int64_t splits =
-      group > kMaxGroupForWholeRows ? s.n_kv_heads
-      : threads == 1                ? 1
-                     : std::clamp<int64_t>((4 * threads + n_runs - 1) / n_runs, 1, s.n_kv_heads);
-  const int64_t span = (s.n_kv_heads + splits - 1) / splits;
+  // Units a single row is split into.
+  int64_t splits = 1;
+  if (group > kMaxGroupForWholeRows)
+    splits = s.n_kv_heads;
+  else if (threads > 1)
+    splits = std::clamp<int64_t>((4 * threads + n_runs - 1) / n_runs, 1, s.n_kv_heads);
+  const int64_t row_span = (s.n_kv_heads + splits - 1) / splits;
   std::vector<Unit>& units = Units();
   units.clear();
-  for (const auto& [first, count] : runs)
-    for (int64_t h = 0; h<s.n_kv_heads; h += count> 1 ? 1 : span)
-      units.push_back({first, count, h, count > 1 ? h + 1 : std::min(s.n_kv_heads, h + span)});
+  for (const auto& [first, count] : runs) {
+    const int64_t span = count > 1 ? 1 : row_span;  // a tile of rows runs one KV head at a time
+    for (int64_t h = 0; h < s.n_kv_heads; h += span)
+      units.push_back({first, count, h, std::min(s.n_kv_heads, h + span)});
+  }
   const auto n_units = static_cast<int64_t>(units.size());
 #pragma omp parallel for schedule(dynamic, 1) if (parallel && n_units > 1)
   for (int64_t u = 0; u < n_units; ++u) {
