@@ -33,6 +33,11 @@ namespace {
 
 constexpr int64_t kMaxRows = 4;         // rows per pass over a block pair
 constexpr int64_t kStepsPerGroup = kW8A8Group / 4;  // vpdpbusd steps (4 k each) per group
+constexpr int64_t kGroupBytes = kW8A8Group * kW8A8BlockN;  // 512: one group of one block
+// The VNNI kernel prefetches each block kPrefetchGroups groups (2 KiB) ahead: the hardware
+// prefetchers alone keep too few lines in flight for a loop this dense in instructions (the
+// int4 kernel's measurement, matmul_int4.cc); past a block's end it touches the next block.
+constexpr int64_t kPrefetchGroups = 4;
 // Below this many activation values a group is all zeros: 127 / amax would overflow.
 constexpr float kMinAmax = 1e-30f;
 
@@ -70,8 +75,8 @@ void BlockRowsAvx2(const int8_t* wb, int64_t kp, const uint8_t* u, const float* 
     __m256i dot[MR][2];
     #pragma GCC unroll 2
     for (int m = 0; m < MR; ++m) dot[m][0] = dot[m][1] = _mm256_setzero_si256();
-    const int8_t* wg = wb + g * kW8A8Group * kW8A8BlockN;
-    #pragma GCC unroll 8
+    const int8_t* wg = wb + g * kGroupBytes;
+#pragma GCC unroll 8
     for (int64_t s = 0; s < kStepsPerGroup; ++s) {
       const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + s * 64));
       const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + s * 64 + 32));
@@ -128,8 +133,15 @@ FATHOM_TARGET_VNNI void BlockRowsVnni(const int8_t* wb, int64_t kp, const uint8_
     for (int m = 0; m < MR; ++m)
       #pragma GCC unroll 2
       for (int j = 0; j < NB; ++j) dot[m][j] = _mm512_setzero_si512();
-    const int8_t* wg = wb + g * kW8A8Group * kW8A8BlockN;
-    #pragma GCC unroll 8
+    const int8_t* wg = wb + g * kGroupBytes;
+#pragma GCC unroll 2
+    for (int j = 0; j < NB; ++j)
+#pragma GCC unroll 8
+      for (int64_t line = 0; line < kGroupBytes; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(wg + j * block_stride +
+                                                   kPrefetchGroups * kGroupBytes + line),
+                     _MM_HINT_T0);
+#pragma GCC unroll 8
     for (int64_t s = 0; s < kStepsPerGroup; ++s) {
       __m512i w[NB];
       #pragma GCC unroll 2
