@@ -4,6 +4,7 @@
 #
 #   bench/peers/llamacpp.sh [--rounds R] [--batches 1,4,16] [--formats bf16,q8_0,q4_0]
 #                           [--prompt 128] [--gen 128] [--threads 2] [--out FILE.jsonl]
+#                           [--head-checkpoint]
 #
 # 1. The peer's source: the npm package node-llama-cpp (pinned below) bundles llama.cpp as a git
 #    bundle (package/llama/gitRelease.bundle); it is cloned under $WORK, never into fathom.
@@ -15,7 +16,10 @@
 #    `llama-quantize` to Q8_0 and Q4_0.
 # 4. The runs, per round and format: llama-batched-bench, then `fathom bench decode` (fathom's
 #    weights for the format: bf16 = the checkpoint, q8_0 = --weights w8a8, q4_0 = --weights
-#    int4: like llama.cpp's, both multiply by activations rounded to int8 per 32 values),
+#    int4: like llama.cpp's, both multiply by activations rounded to int8 per 32 values; and
+#    for q8_0 and q4_0 --lm-head-weights w8a8, since llama-quantize turns the LM head into
+#    Q8_0 and Q6_K: fathom's int8 head reads more bytes than Q6_K, not fewer;
+#    --head-checkpoint keeps fathom's head bf16 in every format),
 #    each after waiting for a quiet host. Each engine
 #    decodes B sequences of --prompt tokens for --gen tokens in lockstep; tokens/s over all
 #    sequences. fathom's run measures the memory bandwidth before and after itself.
@@ -29,7 +33,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-rounds=2 batches=1,4,16 formats=bf16,q8_0,q4_0 prompt=128 gen=128 threads=2 out=""
+rounds=2 batches=1,4,16 formats=bf16,q8_0,q4_0 prompt=128 gen=128 threads=2 out="" head_checkpoint=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
@@ -39,7 +43,8 @@ while [ $# -gt 0 ]; do
     --gen) gen="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --head-checkpoint) head_checkpoint=1; shift ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "llamacpp.sh: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
   esac
 done
@@ -130,11 +135,12 @@ for line in sys.stdin:
         r=json.loads(line); print(json.dumps({'engine':'llama.cpp','format':sys.argv[1],'round':int(sys.argv[2]),'host':sys.argv[3],
             'batch':r['pl'],'prompt_tok_s':r['speed_pp'],'decode_tok_s':r['speed_tg'],'commit':sys.argv[4]}))" \
         "$f" "$round" "$host" "$commit" >> "$out"
-    case "$f" in bf16) weights=checkpoint ;; q8_0) weights=w8a8 ;; q4_0) weights=int4 ;; esac
+    case "$f" in bf16) weights=checkpoint head=checkpoint ;; q8_0) weights=w8a8 head=w8a8 ;; q4_0) weights=int4 head=w8a8 ;; esac
+    [ "$head_checkpoint" = 1 ] && head=checkpoint
     host="$(wait_quiet)"
-    echo "round $round $f: fathom --weights $weights ($host host)" >&2
-    "$fathom" bench decode --model "$hf" --weights "$weights" --batch "$batches" --prompt "$prompt" --gen "$gen" \
-      --threads "$threads" --json |
+    echo "round $round $f: fathom --weights $weights --lm-head-weights $head ($host host)" >&2
+    "$fathom" bench decode --model "$hf" --weights "$weights" --lm-head-weights "$head" --batch "$batches" \
+      --prompt "$prompt" --gen "$gen" --threads "$threads" --json |
       "$py" -c "import json,sys
 j=json.load(sys.stdin)
 for r in j['results']:
@@ -142,6 +148,7 @@ for r in j['results']:
         'prompt_tok_s':r['prompt_tokens_per_s'],'decode_tok_s':r['decode_tokens_per_s'],
         'fraction_of_bandwidth':r['fraction_of_bandwidth'],'fraction_of_read_bandwidth':r['fraction_of_read_bandwidth'],
         'fraction_of_roofline':r['fraction_of_roofline'],'weight_bytes_per_step':j['weight_bytes_per_step'],
+        'lm_head_weights':j['lm_head_weights'],
         'read_bandwidth_gbs':j['bandwidth_read_gbs'],
         'bandwidth_gbs':max(j['bandwidth_read_gbs'],j['bandwidth_copy_gbs'],j['bandwidth_triad_gbs']),'kv_dtype':j['kv_dtype']}))" \
         "$f" "$round" "$host" >> "$out"

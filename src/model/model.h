@@ -4,8 +4,9 @@
 // Loading checks the checkpoint against the family's declared tensors (family.h): a missing
 // tensor, an unexpected one, or a wrong shape is an error naming the file, the tensor and
 // expected versus found. Matmul weights are prepacked into memory fathom owns (matmul.h),
-// in the checkpoint's dtype or, with LoadOptions::weights = kInt8 / kW8A8 / kInt4, quantized
-// at load (int8 per output channel, or int4 per group of 32); norms and small vectors are
+// in the checkpoint's dtype or, with LoadOptions::weights = kInt8 / kW8A8 / kInt4 (the LM
+// head: LoadOptions::lm_head), quantized at load (int8 per output channel, or int4 per group
+// of 32); norms and small vectors are
 // converted to f32. The embedding table stays
 // memory-mapped (a decode step touches one row of it). L2A gate checkpoints
 // (docs/L2A_FORMAT.md) add per-layer routers, and their LoRA adapters are merged into the
@@ -70,10 +71,14 @@ struct ModelWeights {
 
 struct LoadOptions {
   // Format of the per-layer matmuls (qkv, o, gate_up, down) and of Huginn's adapter.
-  // The LM head and the embedding always stay in the checkpoint's dtype: the head is one
-  // matmul per token against the whole vocabulary, where int8 error lands directly on the
-  // logits, and the embedding is read one row per token.
   WeightFormat weights = WeightFormat::kCheckpoint;
+  // Format of the LM head, apart from the layers': its error lands directly on the logits,
+  // so it stays in the checkpoint's dtype unless asked. It is a large share of a small
+  // model's bytes per token (TinyLlama: 131 of 676 MB under int4 layers), which is why
+  // llama.cpp's Q4_0 / Q8_0 files quantize it too (to Q6_K / Q8_0); kW8A8 or kInt8 here is
+  // the like-for-like setting. A tied head gets its own quantized copy; the embedding always
+  // stays in the checkpoint's dtype (read one row per token).
+  WeightFormat lm_head = WeightFormat::kCheckpoint;
   // Run bf16 matmuls with activations split into two bf16 parts (see Linear): slower,
   // for reference checks of deep looped models in bf16.
   bool split_bf16_activations = false;

@@ -44,6 +44,8 @@ TEST(CliTest, BadFlagsAreUsageErrorsNamingTheFlag) {
       {"generate --model /x --prompt-ids 1 --weights int2", "--weights: 'int2' is not checkpoint, int8, w8a8 or int4"},
       {"eval --model /x --ids-file /x --weights fp8", "--weights: 'fp8'"},
       {"bench decode --model /x --weights q4", "--weights: 'q4'"},
+      {"bench decode --model /x --lm-head-weights q6_k",
+       "--lm-head-weights: 'q6_k' is not checkpoint, int8, w8a8 or int4"},
   };
   for (const BadCase& c : cases) {
     CommandResult r = Fathom(c.args);

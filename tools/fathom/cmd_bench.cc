@@ -126,7 +126,8 @@ void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, in
                         {"generated_tokens", a.gen},
                         {"layout", std::string(KvLayoutName(o.layout))},
                         {"kv_dtype", std::string(KvDtypeName(o.kv_dtype))},
-                        {"weights", a.load.weights}, {"batch_invariant", a.load.batch_invariant},
+                        {"weights", a.load.weights}, {"lm_head_weights", a.load.lm_head_weights},
+                        {"batch_invariant", a.load.batch_invariant},
                         {"weight_bytes_per_step", bytes_per_step},
                         {"budget", a.budget}, {"l2a", m.spec().l2a.enabled},
                         {"bandwidth_read_gbs", std::max(runs.before.read_gbs, runs.after.read_gbs)},
@@ -141,10 +142,11 @@ void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, in
     std::printf("%s\n", j.dump().c_str());
     return;
   }
-  std::printf("model %s (%s), loops %d, %lld threads, prompt %lld, gen %lld, KV %s, weights %s %.1f MB per step\n",
+  std::printf("model %s (%s), loops %d, %lld threads, prompt %lld, gen %lld, KV %s, weights %s (LM head %s) %.1f MB "
+              "per step\n",
               a.model_dir.c_str(), m.spec().model_type.c_str(), r, static_cast<long long>(a.threads),
               static_cast<long long>(a.prompt), static_cast<long long>(a.gen), KvDtypeName(o.kv_dtype).data(),
-              a.load.weights.c_str(), bytes_per_step / 1e6);
+              a.load.weights.c_str(), a.load.lm_head_weights.c_str(), bytes_per_step / 1e6);
   std::printf("memory bandwidth (best of read/copy/triad, before and after): %.1f GB/s; read only %.1f GB/s\n", bw,
               runs.read_bandwidth());
   std::printf("compute peaks (all threads, before and after): f32 FMA %.1f, bf16 dot %.1f GFLOP/s, int8 dot %.1f "
@@ -169,7 +171,8 @@ int RunBenchDecode(const std::vector<std::string>& args) {
   DecodeArgs a;
   FlagSet flags("fathom bench decode",
                 "fathom bench decode --model DIR [--batch 1,4,16,64] [--prompt 128 --gen 128 --threads 2]\n"
-                "                    [--loops R] [--layout NAME] [--weights checkpoint|int8|w8a8|int4] [--batch-invariant] [--budget B] [--json]",
+                "                    [--loops R] [--layout NAME] [--weights checkpoint|int8|w8a8|int4]\n"
+                "                    [--lm-head-weights FORMAT] [--batch-invariant] [--budget B] [--json]",
                 "For each batch size B: B sequences of --prompt tokens are prefilled, then decode\n"
                 "--gen tokens each in lockstep (every token at full depth). Reports prompt and\n"
                 "decode tokens/s, and the decode step's weight bytes per second as a fraction of\n"

@@ -104,13 +104,15 @@ std::string ResolveMinDepth(const FlagSet& flags, bool lookahead, int64_t* min_d
 
 // How a model loads (LoadOptions, src/model/model.h), the same flags on every command that
 // loads one:
-//   --weights checkpoint|int8|w8a8|int4  the per-layer matmul weights (the LM head and the
-//                              embedding keep the checkpoint's dtype)
+//   --weights checkpoint|int8|w8a8|int4  the per-layer matmul weights (the embedding keeps
+//                              the checkpoint's dtype)
+//   --lm-head-weights checkpoint|int8|w8a8|int4  the LM head's (default checkpoint)
 //   --batch-invariant          every matmul through the batch-invariant kernel: batched
 //                              output equals each request alone, bit for bit
 // Options(): the LoadOptions, or an error naming the flag and the bad value.
 struct LoadFlags {
   std::string weights{WeightFormatName(LoadOptions{}.weights)};
+  std::string lm_head_weights{WeightFormatName(LoadOptions{}.lm_head)};
   bool batch_invariant = LoadOptions{}.batch_invariant;
 
   void Declare(FlagSet& flags);
