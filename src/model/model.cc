@@ -243,7 +243,8 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOpt
   FATHOM_ASSIGN_OR_RETURN(w.final_norm, src.F32(spec.final_norm_name));
   // The LM head has its own format, apart from the layers' (LoadOptions::lm_head).
   FATHOM_ASSIGN_OR_RETURN(
-      w.lm_head, src.MakeLinear({spec.tie_embeddings ? spec.embed_name : spec.lm_head_name}, {}, opt.lm_head));
+      w.lm_head,
+      src.MakeLinear({spec.tie_embeddings ? spec.embed_name : spec.lm_head_name}, {}, opt.lm_head));
   if (!spec.loop.adapter.empty()) {
     FATHOM_ASSIGN_OR_RETURN(w.adapter, src.MakeLinear({spec.loop.adapter}, {}, opt.weights));
   }

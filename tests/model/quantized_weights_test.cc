@@ -183,8 +183,9 @@ struct HeadBound {
   WeightFormat format;
   double max_rel_err, min_top1;
 };
-constexpr HeadBound kHeadBounds[] = {
-    {WeightFormat::kInt8, 8e-3, 0.95}, {WeightFormat::kW8A8, 1.4e-2, 0.95}, {WeightFormat::kInt4, 0.13, 0.75}};
+constexpr HeadBound kHeadBounds[] = {{WeightFormat::kInt8, 8e-3, 0.95},
+                                     {WeightFormat::kW8A8, 1.4e-2, 0.95},
+                                     {WeightFormat::kInt4, 0.13, 0.75}};
 
 TEST(QuantizedLmHead, OnlyTheHeadIsQuantizedAndLogitsStayNear) {
   for (const HeadBound& bound : kHeadBounds)

@@ -118,35 +118,41 @@ void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, in
                     {"fraction_of_roofline", roof.seconds() / res.decode_step_s}});
   }
   if (a.json) {
-    nlohmann::json j = {{"model", a.model_dir},
-                        {"model_type", m.spec().model_type},
-                        {"loops", r},
-                        {"threads", a.threads},
-                        {"prompt_tokens", a.prompt},
-                        {"generated_tokens", a.gen},
-                        {"layout", std::string(KvLayoutName(o.layout))},
-                        {"kv_dtype", std::string(KvDtypeName(o.kv_dtype))},
-                        {"weights", a.load.weights}, {"lm_head_weights", a.load.lm_head_weights},
-                        {"batch_invariant", a.load.batch_invariant},
-                        {"weight_bytes_per_step", bytes_per_step},
-                        {"budget", a.budget}, {"l2a", m.spec().l2a.enabled},
-                        {"bandwidth_read_gbs", std::max(runs.before.read_gbs, runs.after.read_gbs)},
-                        {"bandwidth_copy_gbs", std::max(runs.before.copy_gbs, runs.after.copy_gbs)},
-                        {"bandwidth_triad_gbs", std::max(runs.before.triad_gbs, runs.after.triad_gbs)},
-                        {"peak_f32_gflops", peak.f32_gflops},
-                        {"peak_bf16_gflops", peak.bf16_gflops},
-                        {"peak_int8_gops", peak.int8_gops},
-                        {"layer_arithmetic", std::string(ArithmeticName(layer_arith))},
-                        {"head_arithmetic", std::string(ArithmeticName(head_arith))},
-                        {"results", rows}};
+    nlohmann::json j = {
+        {"model", a.model_dir},
+        {"model_type", m.spec().model_type},
+        {"loops", r},
+        {"threads", a.threads},
+        {"prompt_tokens", a.prompt},
+        {"generated_tokens", a.gen},
+        {"layout", std::string(KvLayoutName(o.layout))},
+        {"kv_dtype", std::string(KvDtypeName(o.kv_dtype))},
+        {"weights", a.load.weights},
+        {"lm_head_weights", a.load.lm_head_weights},
+        {"batch_invariant", a.load.batch_invariant},
+        {"weight_bytes_per_step", bytes_per_step},
+        {"budget", a.budget},
+        {"l2a", m.spec().l2a.enabled},
+        {"bandwidth_read_gbs", std::max(runs.before.read_gbs, runs.after.read_gbs)},
+        {"bandwidth_copy_gbs", std::max(runs.before.copy_gbs, runs.after.copy_gbs)},
+        {"bandwidth_triad_gbs", std::max(runs.before.triad_gbs, runs.after.triad_gbs)},
+        {"peak_f32_gflops", peak.f32_gflops},
+        {"peak_bf16_gflops", peak.bf16_gflops},
+        {"peak_int8_gops", peak.int8_gops},
+        {"layer_arithmetic", std::string(ArithmeticName(layer_arith))},
+        {"head_arithmetic", std::string(ArithmeticName(head_arith))},
+        {"results", rows}};
     std::printf("%s\n", j.dump().c_str());
     return;
   }
-  std::printf("model %s (%s), loops %d, %lld threads, prompt %lld, gen %lld, KV %s, weights %s (LM head %s) %.1f MB "
-              "per step\n",
-              a.model_dir.c_str(), m.spec().model_type.c_str(), r, static_cast<long long>(a.threads),
-              static_cast<long long>(a.prompt), static_cast<long long>(a.gen), KvDtypeName(o.kv_dtype).data(),
-              a.load.weights.c_str(), a.load.lm_head_weights.c_str(), bytes_per_step / 1e6);
+  std::printf(
+      "model %s (%s), loops %d, %lld threads, prompt %lld, gen %lld, KV %s, weights %s (LM head "
+      "%s) %.1f MB "
+      "per step\n",
+      a.model_dir.c_str(), m.spec().model_type.c_str(), r, static_cast<long long>(a.threads),
+      static_cast<long long>(a.prompt), static_cast<long long>(a.gen),
+      KvDtypeName(o.kv_dtype).data(), a.load.weights.c_str(), a.load.lm_head_weights.c_str(),
+      bytes_per_step / 1e6);
   std::printf("memory bandwidth (best of read/copy/triad, before and after): %.1f GB/s; read only %.1f GB/s\n", bw,
               runs.read_bandwidth());
   std::printf("compute peaks (all threads, before and after): f32 FMA %.1f, bf16 dot %.1f GFLOP/s, int8 dot %.1f "
@@ -169,19 +175,21 @@ void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, in
 int RunBenchDecode(const std::vector<std::string>& args) {
   const std::string cmd = "bench decode";
   DecodeArgs a;
-  FlagSet flags("fathom bench decode",
-                "fathom bench decode --model DIR [--batch 1,4,16,64] [--prompt 128 --gen 128 --threads 2]\n"
-                "                    [--loops R] [--layout NAME] [--weights checkpoint|int8|w8a8|int4]\n"
-                "                    [--lm-head-weights FORMAT] [--batch-invariant] [--budget B] [--json]",
-                "For each batch size B: B sequences of --prompt tokens are prefilled, then decode\n"
-                "--gen tokens each in lockstep (every token at full depth). Reports prompt and\n"
-                "decode tokens/s, and the decode step's weight bytes per second as a fraction of\n"
-                "the memory bandwidth measured in the same run (copy/triad/read loops), and the step\n"
-                "time against its roofline: max(bytes / bandwidth, operations / compute peak), where the\n"
-                "bytes are the weights and the K/V read, the operations those of the matmuls and attention,\n"
-                "and the peaks (f32 FMA, bf16 and int8 dot products) are measured in the same run. An L2A gate\n"
-                "checkpoint runs every token at --budget B and reports the layer matmul flops its gates\n"
-                "ran in decode, as a fraction of the same tokens through the ungated model.");
+  FlagSet flags(
+      "fathom bench decode",
+      "fathom bench decode --model DIR [--batch 1,4,16,64] [--prompt 128 --gen 128 --threads 2]\n"
+      "                    [--loops R] [--layout NAME] [--weights checkpoint|int8|w8a8|int4]\n"
+      "                    [--lm-head-weights FORMAT] [--batch-invariant] [--budget B] [--json]",
+      "For each batch size B: B sequences of --prompt tokens are prefilled, then decode\n"
+      "--gen tokens each in lockstep (every token at full depth). Reports prompt and\n"
+      "decode tokens/s, and the decode step's weight bytes per second as a fraction of\n"
+      "the memory bandwidth measured in the same run (copy/triad/read loops), and the step\n"
+      "time against its roofline: max(bytes / bandwidth, operations / compute peak), where the\n"
+      "bytes are the weights and the K/V read, the operations those of the matmuls and attention,\n"
+      "and the peaks (f32 FMA, bf16 and int8 dot products) are measured in the same run. An L2A "
+      "gate\n"
+      "checkpoint runs every token at --budget B and reports the layer matmul flops its gates\n"
+      "ran in decode, as a fraction of the same tokens through the ungated model.");
   a.Declare(flags);
   if (Status s = flags.Parse(args); !s.ok()) return Fail(cmd, s.message(), 2);
   if (flags.help_requested()) {

@@ -100,17 +100,21 @@ Result<DType> ParseKvDtypeFlag(const std::string& name) {
 }
 
 void LoadFlags::Declare(FlagSet& flags) {
-  flags.String("--weights", &weights,
-               "matmul weights of the layers: checkpoint (the checkpoint's dtype, exact), int8 "
-               "(quantized at load per output channel, about half of bf16's bytes; f32 activations) or "
-               "w8a8 (int8's weights times activations quantized to int8 per 32 values at every matmul: "
-               "integer dot products, AVX512-VNNI where the CPU has it) or int4 (groups of 32 with f16 "
-               "scales, Q4_0's shape, times w8a8's activations); the LM head has --lm-head-weights, "
-               "the embedding stays in the checkpoint's dtype (default " + weights + ")");
+  flags.String(
+      "--weights", &weights,
+      "matmul weights of the layers: checkpoint (the checkpoint's dtype, exact), int8 "
+      "(quantized at load per output channel, about half of bf16's bytes; f32 activations) or "
+      "w8a8 (int8's weights times activations quantized to int8 per 32 values at every matmul: "
+      "integer dot products, AVX512-VNNI where the CPU has it) or int4 (groups of 32 with f16 "
+      "scales, Q4_0's shape, times w8a8's activations); the LM head has --lm-head-weights, "
+      "the embedding stays in the checkpoint's dtype (default " +
+          weights + ")");
   flags.String("--lm-head-weights", &lm_head_weights,
-               "the LM head's weights, one of --weights' formats: checkpoint keeps the logits exact; "
+               "the LM head's weights, one of --weights' formats: checkpoint (its own dtype, the "
+               "least error); "
                "w8a8 or int8 halve a 16-bit head's bytes per token, as llama.cpp's Q8_0 and Q4_0 "
-               "files quantize theirs (to Q8_0, Q6_K); docs/QUALITY.md (default " + lm_head_weights + ")");
+               "files quantize theirs (to Q8_0, Q6_K); docs/QUALITY.md (default " +
+                   lm_head_weights + ")");
   flags.Bool("--batch-invariant", &batch_invariant,
              "every matmul through fathom's batch-invariant f32 kernel: each request's output is\n"
              "      bit for bit what it gives alone, whatever is batched with it (oneDNN's per-M\n"
@@ -123,7 +127,9 @@ Result<LoadOptions> LoadFlags::Options() const {
   if (!f) return Status::Error("--weights: '" + weights + "' is not checkpoint, int8, w8a8 or int4");
   o.weights = *f;
   const std::optional<WeightFormat> h = ParseWeightFormat(lm_head_weights);
-  if (!h) return Status::Error("--lm-head-weights: '" + lm_head_weights + "' is not checkpoint, int8, w8a8 or int4");
+  if (!h)
+    return Status::Error("--lm-head-weights: '" + lm_head_weights +
+                         "' is not checkpoint, int8, w8a8 or int4");
   o.lm_head = *h;
   o.batch_invariant = batch_invariant;
   return o;
