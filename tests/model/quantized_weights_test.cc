@@ -57,6 +57,21 @@ double Top1Agreement(const std::vector<float>& a, const std::vector<float>& ref,
   return static_cast<double>(same) / static_cast<double>(rows);
 }
 
+// Full-prompt logits of q and ref on the same 64 random tokens: relative L2 error and top-1
+// agreement of q's against ref's (error inf when they could not be compared).
+struct Agreement {
+  double rel_err = INFINITY, top1 = 0;
+};
+Agreement CompareLogits(const Model& q, const Model& ref) {
+  const std::vector<int32_t> ids = RandomPrompt(ref.spec().vocab, 64);
+  const std::vector<float> want = Logits(ref, ids);
+  const std::vector<float> got = Logits(q, ids);
+  EXPECT_EQ(got.size(), want.size());
+  EXPECT_FALSE(want.empty());
+  if (got.size() != want.size() || want.empty()) return {};
+  return {L2RelativeError(got, want), Top1Agreement(got, want, ref.spec().vocab)};
+}
+
 // Bounds from this test's own measurements (2026-12-01, AMD EPYC, 2 threads, f32 tiny
 // presets from MakeTinyModel seed 1, 64 random tokens, the family's default loops):
 //   family   rel. L2 error   top-1        bound: error   top-1
@@ -147,13 +162,7 @@ TEST_P(QuantizedWeightsQuality, LogitsNearCheckpointFormatForEveryFamily) {
     // f32 -> int8 (+ scales, padding); int4: 4.5 bits per weight, plus padding.
     EXPECT_LT(body_bytes(q), body_bytes(ref) / (format == WeightFormat::kInt4 ? 6 : 3));
 
-    const std::vector<int32_t> ids = RandomPrompt(ref.spec().vocab, 64);
-    const std::vector<float> want = Logits(ref, ids);
-    const std::vector<float> got = Logits(q, ids);
-    ASSERT_EQ(got.size(), want.size());
-    ASSERT_FALSE(want.empty());
-    const double err = L2RelativeError(got, want);
-    const double top1 = Top1Agreement(got, want, ref.spec().vocab);
+    const auto [err, top1] = CompareLogits(q, ref);
     std::printf("%s weights, %s: logits relative L2 error %.3e, top-1 agreement %.3f\n",
                 std::string(WeightFormatName(format)).c_str(), f.name.c_str(), err, top1);
     EXPECT_LE(err, bound->max_rel_err);
@@ -213,13 +222,7 @@ TEST(QuantizedLmHead, OnlyTheHeadIsQuantizedAndLogitsStayNear) {
       EXPECT_EQ(q.coda_weight_bytes() - q.weights().lm_head.weight_bytes(),
                 ref.coda_weight_bytes() - ref.weights().lm_head.weight_bytes());
 
-      const std::vector<int32_t> ids = RandomPrompt(ref.spec().vocab, 64);
-      const std::vector<float> want = Logits(ref, ids);
-      const std::vector<float> got = Logits(q, ids);
-      ASSERT_EQ(got.size(), want.size());
-      ASSERT_FALSE(want.empty());
-      const double err = L2RelativeError(got, want);
-      const double top1 = Top1Agreement(got, want, ref.spec().vocab);
+      const auto [err, top1] = CompareLogits(q, ref);
       std::printf("%s LM head, %s: logits relative L2 error %.3e, top-1 agreement %.3f\n",
                   std::string(WeightFormatName(bound.format)).c_str(), f.name.c_str(), err, top1);
       EXPECT_LE(err, bound.max_rel_err);
