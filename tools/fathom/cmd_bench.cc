@@ -146,9 +146,8 @@ void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, in
     return;
   }
   std::printf(
-      "model %s (%s), loops %d, %lld threads, prompt %lld, gen %lld, KV %s, weights %s (LM head "
-      "%s) %.1f MB "
-      "per step\n",
+      "model %s (%s), loops %d, %lld threads, prompt %lld, gen %lld, KV %s, "
+      "weights %s (LM head %s) %.1f MB per step\n",
       a.model_dir.c_str(), m.spec().model_type.c_str(), r, static_cast<long long>(a.threads),
       static_cast<long long>(a.prompt), static_cast<long long>(a.gen),
       KvDtypeName(o.kv_dtype).data(), a.load.weights.c_str(), a.load.lm_head_weights.c_str(),
