@@ -6,8 +6,7 @@
 // expected versus found. Matmul weights are prepacked into memory fathom owns (matmul.h),
 // in the checkpoint's dtype or, with LoadOptions::weights = kInt8 / kW8A8 / kInt4 (the LM
 // head: LoadOptions::lm_head), quantized at load (int8 per output channel, or int4 per group
-// of 32); norms and small vectors are
-// converted to f32. The embedding table stays
+// of 32); norms and small vectors are converted to f32. The embedding table stays
 // memory-mapped (a decode step touches one row of it). L2A gate checkpoints
 // (docs/L2A_FORMAT.md) add per-layer routers, and their LoRA adapters are merged into the
 // base weights here (W + alpha / r * B A, in f32).

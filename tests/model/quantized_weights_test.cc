@@ -217,7 +217,7 @@ TEST(QuantizedLmHead, OnlyTheHeadIsQuantizedAndLogitsStayNear) {
       if (!q.spec().loop.adapter.empty()) {
         EXPECT_EQ(q.weights().adapter.weight_format(), WeightFormat::kCheckpoint);
       }
-      // f32 -> int8 plus scales and padding.
+      // f32 -> 8 or 4.5 bits per weight, plus scales and padding.
       EXPECT_LT(q.weights().lm_head.weight_bytes(), ref.weights().lm_head.weight_bytes() / 3);
       EXPECT_EQ(q.coda_weight_bytes() - q.weights().lm_head.weight_bytes(),
                 ref.coda_weight_bytes() - ref.weights().lm_head.weight_bytes());

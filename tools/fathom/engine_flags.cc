@@ -121,16 +121,18 @@ void LoadFlags::Declare(FlagSet& flags) {
              "      kernels can change the last bits); slower prompt processing (default off)");
 }
 
+namespace {
+Result<WeightFormat> ParseWeightFlag(const std::string& flag, const std::string& value) {
+  const std::optional<WeightFormat> f = ParseWeightFormat(value);
+  if (!f) return Status::Error(flag + ": '" + value + "' is not checkpoint, int8, w8a8 or int4");
+  return *f;
+}
+}  // namespace
+
 Result<LoadOptions> LoadFlags::Options() const {
   LoadOptions o;
-  const std::optional<WeightFormat> f = ParseWeightFormat(weights);
-  if (!f) return Status::Error("--weights: '" + weights + "' is not checkpoint, int8, w8a8 or int4");
-  o.weights = *f;
-  const std::optional<WeightFormat> h = ParseWeightFormat(lm_head_weights);
-  if (!h)
-    return Status::Error("--lm-head-weights: '" + lm_head_weights +
-                         "' is not checkpoint, int8, w8a8 or int4");
-  o.lm_head = *h;
+  FATHOM_ASSIGN_OR_RETURN(o.weights, ParseWeightFlag("--weights", weights));
+  FATHOM_ASSIGN_OR_RETURN(o.lm_head, ParseWeightFlag("--lm-head-weights", lm_head_weights));
   o.batch_invariant = batch_invariant;
   return o;
 }
