@@ -322,10 +322,20 @@ TEST(ComputePeak, MeasuredPeaksAreBetweenOneGigaOpAndTheCoresTheoreticalRate) {
 TEST(Bandwidth, ReadLoopIsNotLatencyBound) {
   // 64 MiB arrays, larger than this project's hosts' caches per core. The read loop must
   // stream: a loop bound by its adds' latency (a scalar sum) measured 0.18 of copy's rate on
-  // Zen 5; reading is well over half of copy's counted bytes (0.82-0.86 there).
-  const Bandwidth bw = MeasureBandwidth(size_t{64} << 20, 3);
+  // Zen 5 with two threads, 0.2-0.32 with one; the vector loop 0.82-1.03. One thread, and up
+  // to five rounds passing on the first where reading keeps up: CI runs this beside a
+  // sanitizer build on two cores, where a round of two threads lost a core for the whole read
+  // (read 6.0, copy 72.7 GB/s); a latency-bound loop fails every round.
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  Bandwidth bw;
+  for (int round = 0; round < 5; ++round) {
+    bw = MeasureBandwidth(size_t{64} << 20, 3);
+    if (bw.read_gbs > 0.6 * bw.copy_gbs) break;
+  }
+  omp_set_num_threads(threads);
   EXPECT_GT(bw.copy_gbs, 0.5);
-  EXPECT_GT(bw.read_gbs, 0.4 * bw.copy_gbs) << "read " << bw.read_gbs << " copy " << bw.copy_gbs;
+  EXPECT_GT(bw.read_gbs, 0.6 * bw.copy_gbs) << "read " << bw.read_gbs << " copy " << bw.copy_gbs;
   EXPECT_LT(bw.best(), 2000);
   EXPECT_EQ(bw.best(), std::max({bw.read_gbs, bw.copy_gbs, bw.triad_gbs}));
 }
