@@ -20,7 +20,7 @@ std::atomic<bool> g_gemv_enabled{true};
 
 constexpr int64_t kBlockN = 64;                     // columns per packed block
 constexpr int64_t kPairElems = 2 * kBlockN;         // bf16 per k pair in a block (256 bytes)
-constexpr int64_t kPrefetchElems = 4 * kPairElems;  // 1 KiB ahead: measured best on SPR
+constexpr int64_t kNearPrefetchElems = 4 * kPairElems;  // 1 KiB ahead: measured best on SPR
 
 // Mask of the valid lanes of column group j (16 columns) when `valid` columns are live.
 FATHOM_TARGET_AVX512BF16 inline __mmask16 LaneMask(int64_t valid, int j) {
@@ -32,19 +32,31 @@ FATHOM_TARGET_AVX512BF16 inline __mmask16 LaneMask(int64_t valid, int j) {
 // 16j..16j+15 of row m. wb: [kp/2][64][2] bf16; x: MR rows of kp bf16 at stride xs; y: MR
 // rows at stride ys. A range that does not start at 0 resumes the sums kept in `carry`
 // ([MR][64] f32); one that does not end at kp / 2 keeps them there instead of writing y.
+// Prefetch: with `next`, the cache lines [l0, l1) from `next`, spread evenly over the range's
+// pairs; without, each pair's 256 bytes kNearPrefetchElems ahead.
 template <int MR>
 FATHOM_TARGET_AVX512BF16 void GemvBlock(const uint16_t* wb, int64_t kp, const uint16_t* x,
                                         int64_t xs, const float* bias, int64_t valid, float* y,
-                                        int64_t ys, int64_t p0, int64_t p1, float* carry, int64_t ahead) {
+                                        int64_t ys, int64_t p0, int64_t p1, float* carry,
+                                        const char* next, int64_t l0, int64_t l1) {
   __m512 acc[MR][4];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < 4; ++j) acc[m][j] = p0 > 0 ? _mm512_loadu_ps(carry + m * 64 + 16 * j) : _mm512_setzero_ps();
   const int64_t pairs = kp / 2;
+  const int64_t share = l1 - l0, span = p1 - p0;
+  const char* line = next + l0 * 64;
+  int64_t owed = 0;  // share x pairs done, less span x lines issued
   for (int64_t p = p0; p < p1; ++p) {
     const uint16_t* wp = wb + p * kPairElems;
     // The hardware prefetcher alone leaves ~20% of the bandwidth on the table here.
-    for (int j = 0; j < 4; ++j)
-      _mm_prefetch(reinterpret_cast<const char*>(wp + ahead + 32 * j), _MM_HINT_T0);
+    if (next != nullptr) {
+      for (owed += share; owed >= span; owed -= span, line += 64) _mm_prefetch(line, _MM_HINT_T0);
+    } else {
+      // One pointer and immediate offsets: four offsets held in registers made GCC 12 spill
+      // two weight vectors to the stack in the 6-row loop.
+      const char* ahead = reinterpret_cast<const char*>(wp + kNearPrefetchElems);
+      for (int j = 0; j < 4; ++j) _mm_prefetch(ahead + 64 * j, _MM_HINT_T0);
+    }
     __m512bh w[4];
     for (int j = 0; j < 4; ++j) w[j] = (__m512bh)_mm512_loadu_si512(wp + 32 * j);
     for (int m = 0; m < MR; ++m) {
@@ -68,46 +80,66 @@ FATHOM_TARGET_AVX512BF16 void GemvBlock(const uint16_t* wb, int64_t kp, const ui
 }
 
 // All m rows against one block, in passes of up to kRowsPerPass rows (6 x 4 accumulators,
-// 4 weight vectors and the broadcast fill 29 of the 32 zmm registers). The first pass
-// streams the block from memory; the later ones find it in L2 (Kp x 128 bytes: 256 KiB at
-// K = 2048, 704 KiB at K = 5632). A row's sums run in the same order in any pass, so a row's
-// result does not depend on m.
+// 4 weight vectors and the broadcast fill 29 of the 32 zmm registers). A row's sums run in
+// the same order in any pass, so a row's result does not depend on m.
 constexpr int64_t kRowsPerPass = 6;
 
-//
-// With more rows than one pass (M = 7..16), whole-block passes left the memory bus idle
-// during the later passes and the dot products idle during the first (memory and compute
-// did not overlap: 252 GFLOP/s at M = 16 on Zen 5, 60% of the vdpbf16ps peak, oneDNN the
-// same). So the passes go chunk by chunk of k (kChunkPairs pairs, 16 KiB of the block; the
-// sums are carried between chunks in the same order, so a row's bits do not change): the
-// first row group reads the chunk from memory, the later ones from L1, and every pass
-// prefetches kAheadPairs pairs (12 KiB) ahead, far enough to cover the memory latency of
-// a loop that spends 12+ cycles per pair: 1.2-1.3x oneDNN at M = 8-16 (docs/BENCHMARKS.md).
-// One pass (M <= 6) keeps the 1 KiB distance measured best for the memory-bound M = 1.
+// With two or more rows the passes go chunk by chunk of k (kChunkPairs pairs, 16 KiB of the
+// block; the sums are carried between chunks in the same order, so a row's bits do not
+// change): the first pass reads the chunk from memory, the later ones from L1. Meanwhile all
+// passes together prefetch the next chunk (the next block's first one after the last: a
+// thread's blocks are contiguous), each pass a share of its lines in proportion to its rows,
+// spread over the pass's pairs: memory and dot products overlap for the whole chunk.
+// History (docs/BENCHMARKS.md): whole-block passes kept them apart (60% of the vdpbf16ps peak
+// at M = 16 on Zen 5); chunks with every pass prefetching 12 KiB ahead gave 1.2-1.3x that but
+// fetched only during the first pass; the spread another 1.05-1.35x at M = 2..16 (1 and 2
+// threads; engine decode batch 4 / 8 / 16 median 1.12x / 1.17x / 1.29x).
+// One row keeps the near prefetch measured best for the memory-bound M = 1 (on SPR).
 constexpr int64_t kChunkPairs = 64;
-constexpr int64_t kAheadPairs = 48;
 
 FATHOM_TARGET_AVX512BF16 void GemvBlockRows(const uint16_t* wb, int64_t kp, const uint16_t* x,
                                             int64_t m, int64_t xs, const float* bias, int64_t valid,
                                             float* y, int64_t ys) {
   const int64_t pairs = kp / 2;
-  const int64_t chunk = m > kRowsPerPass ? kChunkPairs : pairs;
   alignas(64) float carry[kGemvMaxTallRows * 64];  // the rows' sums between chunks
-  const int64_t ahead = m > kRowsPerPass ? kAheadPairs * kPairElems : kPrefetchElems;
-  for (int64_t p0 = 0; p0 < pairs; p0 += chunk) {
-    const int64_t p1 = std::min(pairs, p0 + chunk);
+  if (m == 1) {
+    GemvBlock<1>(wb, kp, x, xs, bias, valid, y, ys, 0, pairs, carry, nullptr, 0, 0);
+    return;
+  }
+  for (int64_t p0 = 0; p0 < pairs; p0 += kChunkPairs) {
+    const int64_t p1 = std::min(pairs, p0 + kChunkPairs);
+    const char* next = reinterpret_cast<const char*>(wb + p1 * kPairElems);
+    const int64_t next_pairs = std::min(kChunkPairs, p1 < pairs ? pairs - p1 : pairs);
+    const int64_t lines = next_pairs * kPairElems * 2 / 64;
     for (int64_t r = 0; r < m; r += kRowsPerPass) {
       const uint16_t* xr = x + r * xs;
       float* yr = y + r * ys;
       float* cr = carry + r * 64;
-      switch (std::min(kRowsPerPass, m - r)) {
-        case 6: GemvBlock<6>(wb, kp, xr, xs, bias, valid, yr, ys, p0, p1, cr, ahead); break;
-        case 5: GemvBlock<5>(wb, kp, xr, xs, bias, valid, yr, ys, p0, p1, cr, ahead); break;
-        case 4: GemvBlock<4>(wb, kp, xr, xs, bias, valid, yr, ys, p0, p1, cr, ahead); break;
-        case 3: GemvBlock<3>(wb, kp, xr, xs, bias, valid, yr, ys, p0, p1, cr, ahead); break;
-        case 2: GemvBlock<2>(wb, kp, xr, xs, bias, valid, yr, ys, p0, p1, cr, ahead); break;
-        default: GemvBlock<1>(wb, kp, xr, xs, bias, valid, yr, ys, p0, p1, cr, ahead); break;
+      const int64_t rows = std::min(kRowsPerPass, m - r);
+      const int64_t l0 = lines * r / m, l1 = lines * (r + rows) / m;
+#define FATHOM_GEMV_PASS(MR) \
+  GemvBlock<MR>(wb, kp, xr, xs, bias, valid, yr, ys, p0, p1, cr, next, l0, l1)
+      switch (rows) {
+        case 6:
+          FATHOM_GEMV_PASS(6);
+          break;
+        case 5:
+          FATHOM_GEMV_PASS(5);
+          break;
+        case 4:
+          FATHOM_GEMV_PASS(4);
+          break;
+        case 3:
+          FATHOM_GEMV_PASS(3);
+          break;
+        case 2:
+          FATHOM_GEMV_PASS(2);
+          break;
+        default:
+          FATHOM_GEMV_PASS(1);
+          break;
       }
+#undef FATHOM_GEMV_PASS
     }
   }
 }

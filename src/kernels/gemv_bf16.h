@@ -8,8 +8,9 @@
 // M = 3 29.3/28.7 -> 34.1/32.5, M = 4 38.2/38.7 -> 43.0/40.9, M = 6 57.6/58.1 -> 62.7/58.8,
 // M = 8 75.3/69.3 -> 63.5/59.9, M = 16 141 -> 77 (oneDNN's AMX kernels win once compute
 // matters), so on CPUs with AMX the GEMV stops at M = 4. Without AMX (Zen 4/5, where oneDNN
-// runs its avx512_core_bf16 brgemm) the GEMV goes to M = 16, its rows over k in chunks with a
-// far prefetch (gemv_bf16.cc): 1.2-1.3x oneDNN at M = 8-16 on Zen 5.
+// runs its avx512_core_bf16 brgemm) the GEMV goes to M = 16, its rows over k in chunks while
+// the next chunk is prefetched (gemv_bf16.cc): 1.2-1.3x oneDNN at M = 8-16 on Zen 5 before
+// the prefetch was spread over the passes, another 1.05-1.35x after.
 // It reads the very buffer oneDNN packed (no second copy of W) and is only used when the
 // CPU has AVX512_BF16 (runtime check) and the layout is the one below.
 //

@@ -139,8 +139,9 @@ TEST(LinearTest, SmallMPathsAgreeAndCacheIsStable) {
   }
 }
 
-// The GEMV on its packed layout for every M it takes (one pass for M <= 6; passes of 6 rows
-// chunk by chunk of k for 7..16), whatever GemvMaxRows() is on this CPU: against a double
+// The GEMV on its packed layout for every M it takes (one pass over the block for M = 1;
+// passes of up to 6 rows chunk by chunk of k for 2..16, each prefetching a share of the next
+// chunk), whatever GemvMaxRows() is on this CPU: against a double
 // reference of the bf16 products, and each row bit for bit equal to that row alone (the
 // sum order of a row must not depend on M: batched decode equals alone). k = 400 spans
 // several chunks of 64 pairs and a partial one.
