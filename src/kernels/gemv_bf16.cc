@@ -18,8 +18,8 @@ namespace {
 
 std::atomic<bool> g_gemv_enabled{true};
 
-constexpr int64_t kBlockN = 64;                     // columns per packed block
-constexpr int64_t kPairElems = 2 * kBlockN;         // bf16 per k pair in a block (256 bytes)
+constexpr int64_t kBlockN = 64;                         // columns per packed block
+constexpr int64_t kPairElems = 2 * kBlockN;             // bf16 per k pair in a block (256 bytes)
 constexpr int64_t kNearPrefetchElems = 4 * kPairElems;  // 1 KiB ahead: measured best on SPR
 
 // Mask of the valid lanes of column group j (16 columns) when `valid` columns are live.
@@ -41,7 +41,8 @@ FATHOM_TARGET_AVX512BF16 void GemvBlock(const uint16_t* wb, int64_t kp, const ui
                                         const char* next, int64_t l0, int64_t l1) {
   __m512 acc[MR][4];
   for (int m = 0; m < MR; ++m)
-    for (int j = 0; j < 4; ++j) acc[m][j] = p0 > 0 ? _mm512_loadu_ps(carry + m * 64 + 16 * j) : _mm512_setzero_ps();
+    for (int j = 0; j < 4; ++j)
+      acc[m][j] = p0 > 0 ? _mm512_loadu_ps(carry + m * 64 + 16 * j) : _mm512_setzero_ps();
   const int64_t pairs = kp / 2;
   const int64_t share = l1 - l0, span = p1 - p0;
   const char* line = next + l0 * 64;
@@ -97,6 +98,12 @@ constexpr int64_t kRowsPerPass = 6;
 // One row keeps the near prefetch measured best for the memory-bound M = 1 (on SPR).
 constexpr int64_t kChunkPairs = 64;
 
+// GemvBlock for each row count of a pass, indexed by it.
+using GemvPass = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, const float*, int64_t,
+                          float*, int64_t, int64_t, int64_t, float*, const char*, int64_t, int64_t);
+constexpr GemvPass kPasses[kRowsPerPass + 1] = {
+    nullptr, GemvBlock<1>, GemvBlock<2>, GemvBlock<3>, GemvBlock<4>, GemvBlock<5>, GemvBlock<6>};
+
 FATHOM_TARGET_AVX512BF16 void GemvBlockRows(const uint16_t* wb, int64_t kp, const uint16_t* x,
                                             int64_t m, int64_t xs, const float* bias, int64_t valid,
                                             float* y, int64_t ys) {
@@ -117,29 +124,7 @@ FATHOM_TARGET_AVX512BF16 void GemvBlockRows(const uint16_t* wb, int64_t kp, cons
       float* cr = carry + r * 64;
       const int64_t rows = std::min(kRowsPerPass, m - r);
       const int64_t l0 = lines * r / m, l1 = lines * (r + rows) / m;
-#define FATHOM_GEMV_PASS(MR) \
-  GemvBlock<MR>(wb, kp, xr, xs, bias, valid, yr, ys, p0, p1, cr, next, l0, l1)
-      switch (rows) {
-        case 6:
-          FATHOM_GEMV_PASS(6);
-          break;
-        case 5:
-          FATHOM_GEMV_PASS(5);
-          break;
-        case 4:
-          FATHOM_GEMV_PASS(4);
-          break;
-        case 3:
-          FATHOM_GEMV_PASS(3);
-          break;
-        case 2:
-          FATHOM_GEMV_PASS(2);
-          break;
-        default:
-          FATHOM_GEMV_PASS(1);
-          break;
-      }
-#undef FATHOM_GEMV_PASS
+      kPasses[rows](wb, kp, xr, xs, bias, valid, yr, ys, p0, p1, cr, next, l0, l1);
     }
   }
 }
@@ -156,7 +141,8 @@ bool CpuHasAvx512Bf16() {
 int64_t GemvMaxRows() {
   static const int64_t rows = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
-    const bool amx_bf16 = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1u);  // CPUID.7.0:EDX[22]
+    const bool amx_bf16 =
+        __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1u);  // CPUID.7.0:EDX[22]
     return amx_bf16 ? int64_t{4} : kGemvMaxTallRows;
   }();
   return rows;
