@@ -15,7 +15,10 @@
 // head it is paired with, nor on the keys beside it in a pass: every score is
 // ((((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))) + tail) * scale over its own lanes l, and every output
 // element one FMA chain over the keys in order. So a row's bits depend on its q and its keys
-// only (not on the batch, the GQA pairing or a pruned neighbour head).
+// only (not on the batch, the GQA pairing or a pruned neighbour head). The 16-lane leaves
+// take up to four heads a pass (head_dim <= 64) and 8 keys for a lone head, and sum every
+// score's 16 lanes in one fixed order (LaneSums16), so the same holds there; their softmax
+// is 16 lanes too (Softmax16).
 //
 // Keys go kKeyTile at a time through every head pair of the unit (then values), so a pair
 // after the first finds them in L1. bf16 values are widened in registers by each pair:
@@ -43,10 +46,13 @@
 
 #include "core/check.h"
 #include "kernels/vec_math.h"
+#include "kernels/vec_math_avx512.h"
 
 // GCC 12 reports the _mm256_undefined_pd() inside its own AVX-512 extract intrinsic as
 // maybe-uninitialized when it is inlined under -O3 (as in paged_attention_tiled.cc).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// ... and the _mm512_undefined_ps() of its _mm512_shuffle_f32x4 as uninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #define FATHOM_TARGET_AVX512ROWS __attribute__((target("avx512f,avx512bw,avx512vl")))
 
@@ -224,20 +230,23 @@ void WeightedSum(const float* const* w, const void* const* v, int64_t off, int64
     }
 }
 
-// Runs `f(head index, NH)` over the unit's heads in pairs, the last one alone if odd.
+// Runs `f(head index, NH)` over the unit's heads max_nh (4 or 2) at a time, then in a pair
+// and alone for the rest.
 template <typename F>
-void ForHeadPairs(int64_t n_heads, F&& f) {
+void ForHeadGroups(int64_t n_heads, int max_nh, F&& f) {
   int64_t h = 0;
+  if (max_nh >= 4)
+    for (; h + 4 <= n_heads; h += 4) f(h, std::integral_constant<int, 4>{});
   for (; h + 2 <= n_heads; h += 2) f(h, std::integral_constant<int, 2>{});
   if (h < n_heads) f(h, std::integral_constant<int, 1>{});
 }
 
-// The same two passes on 16 lanes (AVX-512F/BW/VL, where the CPU has them): a score is
-// Sum4 of the accumulators folded to 8 lanes (lane i + lane i + 8), so
-// ((((l0+l8)+(l1+l9))+((l2+l10)+(l3+l11)))+(...)) over its own lanes; head_dim % 16 is a
-// masked last pass (zeros in the masked lanes of q and k), not a scalar tail. The same
-// independence of the neighbours holds; the bits differ from the 8-lane path's (another
-// summation order), so a CPU runs one path for every call (UseAvx512Rows).
+// The same two passes on 16 lanes (AVX-512F/BW/VL, where the CPU has them), up to 4 query
+// heads of a KV head a pass: a score is the lane sum of its accumulator in LaneSums16's
+// order; head_dim % 16 is a masked last step (zeros in the masked lanes of q and k), not a
+// scalar tail. The same independence of the neighbours holds; the bits differ from the
+// 8-lane path's (another summation order), so a CPU runs one path for every call
+// (UseAvx512Rows).
 FATHOM_TARGET_AVX512ROWS inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
 FATHOM_TARGET_AVX512ROWS inline __m512 Load16(const uint16_t* p) {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -248,22 +257,53 @@ FATHOM_TARGET_AVX512ROWS inline __m512 Load16(const uint16_t* p, __mmask16 m) {
   const __m256i h = _mm256_maskz_loadu_epi16(m, p);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-FATHOM_TARGET_AVX512ROWS inline __m256 Fold(__m512 x) {
-  return _mm256_add_ps(_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+// Pairwise steps of a transposed reduction (LaneSums16): each adds two shuffles of a and b.
+FATHOM_TARGET_AVX512ROWS inline __m512 PairQuarters(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+}
+FATHOM_TARGET_AVX512ROWS inline __m512 PairHalves(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
+}
+FATHOM_TARGET_AVX512ROWS inline __m512 PairSingles(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+}
+FATHOM_TARGET_AVX512ROWS inline __m512 PairDoubles(__m512 a, __m512 b) {
+  const __m512d x = _mm512_castps_pd(a), y = _mm512_castps_pd(b);
+  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                       _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+}
+// Four vectors' lane sums in one: quarter q of PairFour(x0..x3) holds x_q's f0..f3 below.
+FATHOM_TARGET_AVX512ROWS inline __m512 PairFour(__m512 x0, __m512 x1, __m512 x2, __m512 x3) {
+  return PairHalves(PairQuarters(x0, x1), PairQuarters(x2, x3));
+}
+// The lane sums of 16 vectors in one: lane 4q + l of the result is the sum of x_{4l+q}'s
+// lanes e0..e15, always in the order (f0 + f2) + (f1 + f3), f_i = (e_i + e_i+8) + (e_i+4 +
+// e_i+12), whatever the other vectors hold: four levels of pairwise shuffles and adds (45
+// instructions for 16 sums) instead of a fold, three horizontal adds and an extract per 4.
+// Arguments are the four PairFour results of x0..3, x4..7, x8..11, x12..15.
+FATHOM_TARGET_AVX512ROWS inline __m512 LaneSums16(__m512 c0, __m512 c1, __m512 c2, __m512 c3) {
+  return PairDoubles(PairSingles(c0, c1), PairSingles(c2, c3));
 }
 
-template <typename T, int NH>
-FATHOM_TARGET_AVX512ROWS inline void ScorePass16(const float* const* q, const T* const* k,
-                                                 int64_t off, int64_t hd, float scale,
-                                                 float* const* p, int64_t valid) {
-  __m512 acc[NH][4];
+// p[h][j] = scale * q[h] . k[j][off ..] for NH heads and NK keys, NH x NK = 4 x 4, 2 x 4 or
+// 1 x 8 (the first `valid` keys stored; pass the last key again for the others): one
+// accumulator per head and key, 16 dims a step (the last step masked: zeros past head_dim),
+// then LaneSums16, the accumulators repeated to fill the 16 (the same order for every score,
+// whatever NH and NK). Always inlined: a call per pass, with its pointer arrays through
+// memory, cost 5-10%.
+template <typename T, int NH, int NK>
+FATHOM_TARGET_AVX512ROWS __attribute__((always_inline)) inline void ScorePass16(
+    const float* const* q, const T* const* k, int64_t off, int64_t hd, float scale, float* const* p,
+    int64_t valid) {
+  static_assert((NH == 4 && NK == 4) || (NH == 2 && NK == 4) || (NH == 1 && NK == 8));
+  __m512 acc[NH][NK];
   for (int h = 0; h < NH; ++h)
-    for (int j = 0; j < 4; ++j) acc[h][j] = _mm512_setzero_ps();
+    for (int j = 0; j < NK; ++j) acc[h][j] = _mm512_setzero_ps();
   int64_t d = 0;
   for (; d + 16 <= hd; d += 16) {
     __m512 qv[NH];
     for (int h = 0; h < NH; ++h) qv[h] = Load16(q[h] + d);
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < NK; ++j) {
       const __m512 kv = Load16(k[j] + off + d);
       for (int h = 0; h < NH; ++h) acc[h][j] = _mm512_fmadd_ps(qv[h], kv, acc[h][j]);
     }
@@ -272,35 +312,55 @@ FATHOM_TARGET_AVX512ROWS inline void ScorePass16(const float* const* q, const T*
     const auto m = static_cast<__mmask16>((1u << (hd - d)) - 1);
     __m512 qv[NH];
     for (int h = 0; h < NH; ++h) qv[h] = Load16(q[h] + d, m);
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < NK; ++j) {
       const __m512 kv = Load16(k[j] + off + d, m);
       for (int h = 0; h < NH; ++h) acc[h][j] = _mm512_fmadd_ps(qv[h], kv, acc[h][j]);
     }
   }
-  const __m128 vscale = _mm_set1_ps(scale);
-  for (int h = 0; h < NH; ++h) {
-    const __m128 s =
-        _mm_mul_ps(Sum4(Fold(acc[h][0]), Fold(acc[h][1]), Fold(acc[h][2]), Fold(acc[h][3])), vscale);
-    if (valid == 4) {
-      _mm_storeu_ps(p[h], s);
+  // c[m], m = h * NK/4 + g: quarter Q holds head h's key 4g + Q. LaneSums16 of c[0..3] (mod
+  // M) puts c[m]'s quarter Q in lane 4Q + m; the transposition below, in lane 4m + Q, that is
+  // h * NK + (4g + Q): each head's NK scores side by side.
+  constexpr int kM = NH * NK / 4;
+  __m512 c[kM];
+  for (int h = 0; h < NH; ++h)
+    for (int g = 0; g < NK / 4; ++g)
+      c[h * (NK / 4) + g] =
+          PairFour(acc[h][4 * g], acc[h][4 * g + 1], acc[h][4 * g + 2], acc[h][4 * g + 3]);
+  const __m512i transpose = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const __m512 sums = _mm512_mul_ps(
+      _mm512_permutexvar_ps(transpose, LaneSums16(c[0], c[1 % kM], c[2 % kM], c[3 % kM])),
+      _mm512_set1_ps(scale));
+  if (valid == NK) {
+    if constexpr (NK == 8) {
+      _mm256_storeu_ps(p[0], _mm512_castps512_ps256(sums));
     } else {
-      alignas(16) float buf[4];
-      _mm_store_ps(buf, s);
-      std::copy_n(buf, valid, p[h]);
+      _mm_storeu_ps(p[0], _mm512_castps512_ps128(sums));
+      if constexpr (NH >= 2) _mm_storeu_ps(p[1], _mm512_extractf32x4_ps(sums, 1));
+      if constexpr (NH >= 4) {
+        _mm_storeu_ps(p[2], _mm512_extractf32x4_ps(sums, 2));
+        _mm_storeu_ps(p[3], _mm512_extractf32x4_ps(sums, 3));
+      }
     }
+  } else {
+    alignas(64) float buf[16];
+    _mm512_store_ps(buf, sums);
+    for (int h = 0; h < NH; ++h)
+      for (int64_t j = 0; j < valid; ++j) p[h][j] = buf[NK * h + j];
   }
 }
 
+// Scores of keys kp[0 .. n) for NH heads into p[h][0 .. n), 4 keys a pass (8 for one head).
 template <typename T, int NH>
 FATHOM_TARGET_AVX512ROWS void ScoresFor16(const float* const* q, const void* const* kp, int64_t off,
                                           int64_t n, int64_t hd, float scale, float* const* p) {
-  for (int64_t t = 0; t < n; t += 4) {
-    const int64_t valid = std::min<int64_t>(4, n - t);
-    const T* k[4];
-    for (int64_t j = 0; j < 4; ++j) k[j] = Elems<T>(kp[t + std::min(j, valid - 1)]);
+  constexpr int kKeys = NH == 1 ? 8 : 4;
+  for (int64_t t = 0; t < n; t += kKeys) {
+    const int64_t valid = std::min<int64_t>(kKeys, n - t);
+    const T* k[kKeys];
+    for (int64_t j = 0; j < kKeys; ++j) k[j] = Elems<T>(kp[t + std::min(j, valid - 1)]);
     float* pt[NH];
     for (int h = 0; h < NH; ++h) pt[h] = p[h] + t;
-    ScorePass16<T, NH>(q, k, off, hd, scale, pt, valid);
+    ScorePass16<T, NH, kKeys>(q, k, off, hd, scale, pt, valid);
   }
 }
 
@@ -343,6 +403,22 @@ FATHOM_TARGET_AVX512ROWS void WeightedSum16(const float* const* w, const void* c
 // The leaves AttendGathered runs: 8 lanes (AVX2, every CPU fathom runs on) or 16.
 template <bool kWide>
 struct Leaves {
+  // Query heads of one KV head a pass takes at a time: 4 x 4 accumulators fit AVX-512's 32
+  // registers (K widened once for 4 heads), AVX2's 16 only 2 x 4. Four only for head_dim <=
+  // 64: 32/4 x 64 (TinyLlama) measured 1.24-1.35x with 4 against 1.18-1.21x with 2 (both
+  // with LaneSums16, against HEAD's pairs), but 32/8 x 128 at 2048 keys 0.96x against 1.10x
+  // (BENCHMARKS.md "Decode attention: four heads a pass").
+  static int MaxHeads(int64_t head_dim) { return kWide && head_dim <= 64 ? 4 : 2; }
+
+  // p[0 .. n) = softmax(p[0 .. n)), n > 0.
+  static void Softmax(float* p, int64_t n) {
+    if constexpr (kWide) {
+      internal::Softmax16(p, n);
+    } else {
+      const float inv = 1.f / internal::ExpShiftedInPlace(p, n);
+      for (int64_t t = 0; t < n; ++t) p[t] *= inv;
+    }
+  }
   template <typename T, int NH>
   static void Scores(const float* const* q, const void* const* kp, int64_t off, int64_t n,
                      int64_t hd, float scale, float* const* p) {
@@ -385,6 +461,7 @@ void AttendGathered(int64_t hd, float scale, int64_t n, UnitScratch& s) {
   for (int64_t h = 0; h < nh; ++h) s.head_p[static_cast<size_t>(h)] = s.p.data() + h * n;
   const float* const* q = s.head_q.data();
   float* const* out = s.head_out.data();
+  const int max_nh = L::MaxHeads(hd);
   float* const* pr = s.head_p.data();
   // Keys a tile at a time (the same bits as one pass: a tile's sums resume from the last
   // tile's, exactly). One pair of one KV head: nothing to keep in L1 for another pair, so all
@@ -397,7 +474,7 @@ void AttendGathered(int64_t hd, float scale, int64_t n, UnitScratch& s) {
   for (int64_t t0 = 0; t0 < n; t0 += tile) {
     const int64_t nt = std::min(tile, n - t0);
     for (const KvHeadHeads& g : s.groups)
-      ForHeadPairs(g.count, [&](int64_t i0, auto pair) {
+      ForHeadGroups(g.count, max_nh, [&](int64_t i0, auto pair) {
         constexpr int NH = decltype(pair)::value;
         const int64_t h = g.first + i0;
         float* p[NH];
@@ -405,15 +482,11 @@ void AttendGathered(int64_t hd, float scale, int64_t n, UnitScratch& s) {
         L::template Scores<T, NH>(q + h, s.k.data() + t0, g.off, nt, hd, scale, p);
       });
   }
-  for (int64_t h = 0; h < nh; ++h) {
-    float* ph = pr[h];
-    const float inv = 1.f / internal::ExpShiftedInPlace(ph, n);
-    for (int64_t t = 0; t < n; ++t) ph[t] *= inv;
-  }
+  for (int64_t h = 0; h < nh; ++h) L::Softmax(pr[h], n);
   for (int64_t t0 = 0; t0 < n; t0 += tile) {
     const int64_t nt = std::min(tile, n - t0);
     for (const KvHeadHeads& g : s.groups)
-      ForHeadPairs(g.count, [&](int64_t i0, auto pair) {
+      ForHeadGroups(g.count, max_nh, [&](int64_t i0, auto pair) {
         constexpr int NH = decltype(pair)::value;
         const int64_t h = g.first + i0;
         const float* w[NH];

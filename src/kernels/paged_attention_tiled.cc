@@ -23,6 +23,7 @@
 
 #include "core/dtype.h"
 #include "kernels/paged_attention.h"
+#include "kernels/vec_math_avx512.h"
 
 // GCC 12 reports the _mm512_undefined_ps() inside its own AVX-512 intrinsics (max, min,
 // roundscale, cvtps) as maybe-uninitialized when they are inlined under -O3.
@@ -37,29 +38,6 @@ constexpr int64_t kChunk = 64;  // keys per chunk (S^T rows)
 
 inline float Load1(const float* p) { return *p; }
 inline float Load1(const uint16_t* p) { return BF16ToF32(*p); }
-
-// exp(x) on 16 lanes: the Cephes polynomial of vec_math.h's Exp, same clamps; inputs
-// below -87.3 (and -inf) give exactly 0.
-FATHOM_TARGET_AVX512 inline __m512 Exp16(__m512 x) {
-  const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
-  x = _mm512_min_ps(_mm512_set1_ps(88.0f), x);
-  x = _mm512_max_ps(_mm512_set1_ps(-87.3f), x);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
-  const __m512i e =
-      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow),
-                             _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
-}
 
 struct TileScratch {
   std::vector<float> qt;       // [hd][mp] transposed queries
