@@ -22,7 +22,9 @@
 
 // GCC 12 reports the _mm512_undefined_*() inside its own AVX-512 intrinsics (set1, cvt) as
 // maybe-uninitialized when they are inlined under -O3.
+#if !defined(__clang__)  // a GCC warning; clang has no such group
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #define FATHOM_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
 

@@ -11,7 +11,9 @@
 // roundscale, cvtps; the extracts of the reductions) as (maybe-)uninitialized when they are
 // inlined under -O3.
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // a GCC warning; clang has no such group
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace fathom::internal {
