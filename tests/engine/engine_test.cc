@@ -4,20 +4,21 @@
 // tiny dense, Ouro and Huginn checkpoints, under the depth-indexed, last-exited and hybrid
 // layouts, with many concurrent requests, and with a KV pool small enough to force
 // preemptions.
+#include "engine/engine.h"
+
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <memory>
-#include <cstdio>
+#include <nlohmann/json.hpp>
 #include <random>
 
-#include <nlohmann/json.hpp>
-
-#include "engine/engine.h"
 #include "exec/generate.h"
 #include "exec/kv_setup.h"
+#include "kernels/paged_attention.h"
 #include "model/test_util.h"
 
 namespace fathom {
@@ -181,7 +182,18 @@ std::string ParamName(const ::testing::TestParamInfo<Param>& p) {
   return name;
 }
 
-class EquivalenceTest : public ::testing::TestWithParam<Param> {};
+class EquivalenceTest : public ::testing::TestWithParam<Param> {
+ protected:
+  // These compare the engine with Generate run alone, bit for bit. The two cut a prompt at
+  // different points (Generate's prefill_chunk; the engine's prefill budget, shared by the
+  // requests in flight), and a run of 4 or more rows of one prompt goes through the tiled
+  // prefill attention kernel, fewer rows through the per-row one: both within 1e-5 of the
+  // reference, but not the same bits. So prompts attend row by row here (the tiled kernel
+  // has its own tests against the reference); with tiles the tokens agreed only while no
+  // near-tie of the tiny random models fell between the two kernels' bits.
+  void SetUp() override { internal::SetPagedAttentionTilesForTesting(false); }
+  void TearDown() override { internal::SetPagedAttentionTilesForTesting(true); }
+};
 
 TEST_P(EquivalenceTest, EverySchedulerMatchesGeneratingAlone) {
   const auto& [family, layout] = GetParam();
