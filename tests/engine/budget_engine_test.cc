@@ -12,11 +12,11 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "engine/prefill_attention_by_rows.h"
 #include "exec/exit_policy.h"
 #include "exec/exit_spec.h"
 #include "exec/generate.h"
 #include "exec/kv_setup.h"
-#include "kernels/paged_attention.h"
 #include "kv/block_pool.h"
 #include "model/test_util.h"
 
@@ -150,15 +150,8 @@ TEST(BudgetThreshold, PoliciesExitEarlierAtLowerBudgetAndUnchangedAtOne) {
 
 class BudgetEngine : public ::testing::TestWithParam<std::string> {
  protected:
-  // These compare the engine with Generate run alone, bit for bit. The two cut a prompt at
-  // different points (Generate's prefill_chunk; the engine's prefill budget, shared by the
-  // requests in flight), and a run of 4 or more rows of one prompt goes through the tiled
-  // prefill attention kernel, fewer rows through the per-row one: both within 1e-5 of the
-  // reference, but not the same bits. So prompts attend row by row here (the tiled kernel
-  // has its own tests against the reference); with tiles the tokens agreed only while no
-  // near-tie of the tiny random models fell between the two kernels' bits.
-  void SetUp() override { internal::SetPagedAttentionTilesForTesting(false); }
-  void TearDown() override { internal::SetPagedAttentionTilesForTesting(true); }
+  // Compares the engine with Generate run alone, bit for bit (see the helper).
+  testing::PrefillAttentionByRows by_rows_;
 };
 
 TEST_P(BudgetEngine, FullBudgetEqualsToday) {
