@@ -28,7 +28,6 @@ done
 work=$(mktemp -d /tmp/fathom-da-ab.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 flags=(-O3 -std=c++20 -mavx2 -mfma -mf16c -mbmi2 -fopenmp)
-mkdir -p "$work/src/kernels" "$work/src/core"
 # The old revision's tree of headers and the sources the kernel needs.
 git archive "$rev" src | tar -x -C "$work"
 cat > "$work/wrap.cc" << 'CC'
