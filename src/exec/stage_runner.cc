@@ -26,8 +26,14 @@ uint64_t SplitMix(uint64_t x) {
 
 }  // namespace
 
-StageRunner::StageRunner(const Model& model, KvManager& kv, int32_t num_slots, const RunLimits& limits)
-    : m_(model), s_(model.spec()), kv_(kv), table_(kv.table()), num_slots_(num_slots),
+StageRunner::StageRunner(const Model& model, KvManager& kv, int32_t num_slots,
+                         const RunLimits& limits)
+    : m_(model),
+      s_(model.spec()),
+      attention_grouping_(model.batch_invariant() ? RowGrouping::kRowByRow : RowGrouping::kTiles),
+      kv_(kv),
+      table_(kv.table()),
+      num_slots_(num_slots),
       st_(model.spec(), kv.table(), num_slots, limits) {}
 
 StageRunner::StageRunner(const Model& model, KvManager& kv, int32_t num_slots)
@@ -212,7 +218,8 @@ void StageRunner::Attend(int32_t layer, Rows rows) {
                          pool.row_floats(), pool.block_size(), pool.dtype()};
   const AttentionShape shape{s_.n_heads, s_.n_kv_heads, s_.head_dim,
                              1.f / std::sqrt(static_cast<float>(s_.head_dim))};
-  PagedAttention(shape, view, st_.att_rows.data() + (layer - st_.att_first_layer) * n, n, st_.segs.data());
+  PagedAttention(shape, view, st_.att_rows.data() + (layer - st_.att_first_layer) * n, n,
+                 st_.segs.data(), attention_grouping_);
 }
 
 void StageRunner::Block(int32_t layer, Rows rows, float* x) {

@@ -32,6 +32,7 @@
 #include "core/status.h"
 #include "exec/backend.h"
 #include "exec/run_state.h"
+#include "kernels/paged_attention.h"
 #include "model/model.h"
 
 namespace fathom {
@@ -117,6 +118,8 @@ class StageRunner final : public Backend {
 
   const Model& m_;
   const ModelSpec& s_;
+  // Row by row for a batch-invariant model (Model::batch_invariant), else tiles for prompts.
+  const RowGrouping attention_grouping_;
   KvManager& kv_;
   const KvLayerTable& table_;
   int32_t num_slots_;

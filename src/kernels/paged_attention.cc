@@ -501,8 +501,6 @@ void AttendGathered(int64_t hd, float scale, int64_t n, UnitScratch& s) {
 // Rows that attend as a tile: at least this many (fewer go row by row).
 constexpr int64_t kMinTileRows = 4;
 
-std::atomic<bool> g_tiles_enabled{true};
-
 std::vector<std::pair<int64_t, int64_t>>& Runs() {
   thread_local std::vector<std::pair<int64_t, int64_t>> runs;
   return runs;
@@ -655,8 +653,6 @@ void PagedAttentionRowwise(const AttentionShape& s, const PagedKvView& kv,
   RunUnits(s, kv, rows, n_rows, segments, runs);
 }
 
-void SetPagedAttentionTilesForTesting(bool enabled) { g_tiles_enabled.store(enabled); }
-
 bool PagedAttentionAvx512RowsSupported() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl");
@@ -668,11 +664,11 @@ void SetPagedAttentionAvx512RowsForTesting(bool enabled) { g_rows16_enabled.stor
 }  // namespace internal
 
 void PagedAttention(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow* rows,
-                    int64_t n_rows, const KeySegment* segments) {
+                    int64_t n_rows, const KeySegment* segments, RowGrouping grouping) {
   CheckView(s, kv);
   const int64_t group = s.n_heads / s.n_kv_heads;
   const int64_t max_tile = internal::kMaxTileQueries / group;
-  if (max_tile < kMinTileRows || !g_tiles_enabled.load(std::memory_order_relaxed) ||
+  if (grouping == RowGrouping::kRowByRow || max_tile < kMinTileRows ||
       !internal::PagedAttentionTilesSupported()) {
     internal::PagedAttentionRowwise(s, kv, rows, n_rows, segments);
     return;

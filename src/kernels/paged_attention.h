@@ -47,8 +47,21 @@ struct PagedAttentionRow {
   const uint8_t* head_keep = nullptr;
 };
 
+// How PagedAttention may group a call's rows.
+enum class RowGrouping {
+  // Runs of 4+ consecutive rows with the same keys (a prompt's rows) attend as one tile where
+  // the CPU has AVX-512F: the fast path for prompts. A row's bits then depend on the run it
+  // falls into (tile or per-row kernel: both within 1e-5 of the reference, not the same bits).
+  kTiles,
+  // Every row through the per-row kernel: a row's bits never depend on the call's other rows,
+  // so however a schedule cuts a prompt into calls, each row gets the bits it gets alone
+  // (batch-invariant mode, LoadOptions::batch_invariant).
+  kRowByRow,
+};
+
 void PagedAttention(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow* rows,
-                    int64_t n_rows, const KeySegment* segments);
+                    int64_t n_rows, const KeySegment* segments,
+                    RowGrouping grouping = RowGrouping::kTiles);
 // Scalar reference (double math on the stored values, bf16 widened exactly), same contract.
 void PagedAttentionReference(const AttentionShape& s, const PagedKvView& kv,
                              const PagedAttentionRow* rows, int64_t n_rows,
@@ -72,8 +85,6 @@ inline constexpr int64_t kMaxTileQueries = 64;
 void PagedAttentionTile(const AttentionShape& s, const PagedKvView& kv,
                         const PagedAttentionRow* rows, int64_t n_rows, const KeySegment* segments,
                         int64_t kvh);
-// Turns the tiled path off (true: PagedAttention uses it where it applies).
-void SetPagedAttentionTilesForTesting(bool enabled);
 // Whether the per-row path can run on 16 lanes here (AVX-512F/BW/VL), and a switch that keeps
 // it on 8 (false) so that tests can run both on one CPU. The two give different bits (another
 // summation order); each is independent of the batch.

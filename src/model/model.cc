@@ -265,6 +265,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOpt
     for (LayerWeights& l : w.layers)
       for (Linear* lin : l.linears()) all.push_back(lin);
     for (Linear* lin : all) FATHOM_RETURN_IF_ERROR(lin->MakeBatchInvariant().WithContext(dir));
+    m->batch_invariant_ = true;
   }
   m->rope_ = RopeTable(spec.head_dim, spec.rope_theta, std::min<int64_t>(spec.max_positions, 65536),
                        spec.rope_scaling);

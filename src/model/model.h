@@ -82,9 +82,11 @@ struct LoadOptions {
   // for reference checks of deep looped models in bf16.
   bool split_bf16_activations = false;
   // Every matmul, the LM head included, through the batch-invariant f32 kernel
-  // (Linear::MakeBatchInvariant): batched generation then equals generating alone bit for
-  // bit, whatever else shares a step (`--batch-invariant`). Off: oneDNN, faster at large M,
-  // whose per-M kernels can move a row's logits in the last bits with the batch around it.
+  // (Linear::MakeBatchInvariant), and attention row by row (RowGrouping::kRowByRow, not the
+  // tiled prompt kernel, whose bits depend on how a schedule cuts a prompt into calls):
+  // batched generation then equals generating alone bit for bit, whatever else shares a step
+  // (`--batch-invariant`). Off: oneDNN, faster at large M, whose per-M kernels can move a
+  // row's logits in the last bits with the batch around it, and tiled prompt attention.
   bool batch_invariant = false;
 };
 
@@ -96,6 +98,9 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   const RopeTable& rope() const { return rope_; }
   const std::string& dir() const { return dir_; }
+  // Loaded with LoadOptions::batch_invariant: the runners then also keep every other
+  // kernel's bits independent of the batch (attention row by row).
+  bool batch_invariant() const { return batch_invariant_; }
 
   // Bytes of matmul weights streamed per token, by stage (for bandwidth accounting).
   size_t prelude_weight_bytes() const;
@@ -108,6 +113,7 @@ class Model {
   Checkpoint checkpoint_;  // keeps the mapping of `embed` alive
   ModelWeights weights_;
   RopeTable rope_;
+  bool batch_invariant_ = false;
 };
 
 }  // namespace fathom

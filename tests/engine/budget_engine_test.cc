@@ -12,7 +12,6 @@
 #include <random>
 
 #include "engine/engine.h"
-#include "engine/prefill_attention_by_rows.h"
 #include "exec/exit_policy.h"
 #include "exec/exit_spec.h"
 #include "exec/generate.h"
@@ -35,7 +34,8 @@ const Model& Tiny(const std::string& family) {
   if (!slot) {
     slot = std::make_unique<Loaded>();
     testing::MakeTinyModel(family, slot->dir / "model", DType::kF32);
-    // Batch-invariant matmuls: the comparison with runs alone is bit for bit (model.h).
+    // Batch-invariant (matmuls, attention row by row): the comparison with runs alone is bit
+    // for bit (model.h).
     auto m = Model::Load(slot->dir / "model", {.batch_invariant = true});
     EXPECT_TRUE(m.ok()) << m.status().message();
     slot->model = std::move(m).value();
@@ -148,11 +148,7 @@ TEST(BudgetThreshold, PoliciesExitEarlierAtLowerBudgetAndUnchangedAtOne) {
   EXPECT_EQ(exit_step(huginn, 0, false, diffs, false), exit_step(huginn, 1, true, diffs, false));
 }
 
-class BudgetEngine : public ::testing::TestWithParam<std::string> {
- protected:
-  // Compares the engine with Generate run alone, bit for bit (see the helper).
-  testing::PrefillAttentionByRows by_rows_;
-};
+class BudgetEngine : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BudgetEngine, FullBudgetEqualsToday) {
   const Model& m = Tiny(GetParam());

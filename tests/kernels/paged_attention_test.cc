@@ -212,8 +212,9 @@ TEST(PagedAttentionTest, SixteenLanesAreADifferentKernelThanEight) {
 // Prefill-shaped calls: runs of consecutive prompt positions (causal ends) of several
 // sequences, long enough to form several tiles, with lengths that are not multiples of the
 // block, tile or key-chunk sizes; one- and two-segment (hybrid) runs, hole masks, a run whose
-// first rows see no key, and single decode rows mixed in between.
-void RunPrefillCase(const Case& c, uint32_t seed, bool tiles, DType kv_dtype) {
+// first rows see no key, and single decode rows mixed in between. Row by row, every row has
+// the bits it gets alone (a call of one row), whatever runs it is called in.
+void RunPrefillCase(const Case& c, uint32_t seed, RowGrouping grouping, DType kv_dtype) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   const int32_t block = 16;
@@ -268,9 +269,19 @@ void RunPrefillCase(const Case& c, uint32_t seed, bool tiles, DType kv_dtype) {
   for (int64_t i = 0; i < n_rows; ++i) rows[static_cast<size_t>(i)].out = out.data() + i * qd;
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim,
                              1.f / std::sqrt(static_cast<float>(c.head_dim))};
-  internal::SetPagedAttentionTilesForTesting(tiles);
-  PagedAttention(shape, view, rows.data(), n_rows, segs.data());
-  internal::SetPagedAttentionTilesForTesting(true);
+  PagedAttention(shape, view, rows.data(), n_rows, segs.data(), grouping);
+  const bool tiles = grouping == RowGrouping::kTiles;
+  if (!tiles) {
+    std::vector<float> alone(qd);
+    for (int64_t i = 0; i < n_rows; ++i) {
+      PagedAttentionRow r = rows[static_cast<size_t>(i)];
+      r.out = alone.data();
+      PagedAttention(shape, view, &r, 1, segs.data(), RowGrouping::kTiles);
+      ASSERT_EQ(0, std::memcmp(alone.data(), out.data() + i * qd, qd * sizeof(float)))
+          << "row " << i << " heads " << c.n_heads << "/" << c.n_kv_heads << " dim " << c.head_dim
+          << " " << DTypeName(kv_dtype);
+    }
+  }
   for (int64_t i = 0; i < n_rows; ++i) rows[static_cast<size_t>(i)].out = ref.data() + i * qd;
   PagedAttentionReference(shape, view, rows.data(), n_rows, segs.data());
   double max_diff = 0, max_ref = 0;
@@ -298,8 +309,8 @@ TEST(PagedAttentionTest, PrefillRunsMatchReference) {
                                    {6, 3, 40}, {4, 1, 7},  {12, 12, 96}, {64, 1, 32}};
   uint32_t seed = 100;
   for (const Case& c : cases) {
-    RunPrefillCase(c, seed, true, DType::kF32);
-    RunPrefillCase(c, seed++, false, DType::kF32);
+    RunPrefillCase(c, seed, RowGrouping::kTiles, DType::kF32);
+    RunPrefillCase(c, seed++, RowGrouping::kRowByRow, DType::kF32);
   }
 }
 
@@ -312,8 +323,8 @@ TEST(PagedAttentionTest, Bf16KvPrefillRunsMatchReference) {
                                    {6, 3, 40}, {4, 1, 7},  {12, 12, 96}, {64, 1, 32}};
   uint32_t seed = 100;
   for (const Case& c : cases) {
-    RunPrefillCase(c, seed, true, DType::kBF16);
-    RunPrefillCase(c, seed++, false, DType::kBF16);
+    RunPrefillCase(c, seed, RowGrouping::kTiles, DType::kBF16);
+    RunPrefillCase(c, seed++, RowGrouping::kRowByRow, DType::kBF16);
   }
 }
 

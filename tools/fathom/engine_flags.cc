@@ -116,9 +116,10 @@ void LoadFlags::Declare(FlagSet& flags) {
                "files quantize theirs (to Q8_0, Q6_K); docs/QUALITY.md (default " +
                    lm_head_weights + ")");
   flags.Bool("--batch-invariant", &batch_invariant,
-             "every matmul through fathom's batch-invariant f32 kernel: each request's output is\n"
-             "      bit for bit what it gives alone, whatever is batched with it (oneDNN's per-M\n"
-             "      kernels can change the last bits); slower prompt processing (default off)");
+             "every matmul through fathom's batch-invariant f32 kernel and attention row by row:\n"
+             "      each request's output is bit for bit what it gives alone, whatever is batched\n"
+             "      with it (oneDNN's per-M kernels and the tiled prompt attention can change the\n"
+             "      last bits); slower prompt processing (default off)");
 }
 
 namespace {

@@ -107,8 +107,9 @@ std::string ResolveMinDepth(const FlagSet& flags, bool lookahead, int64_t* min_d
 //   --weights checkpoint|int8|w8a8|int4  the per-layer matmul weights (the embedding keeps
 //                              the checkpoint's dtype)
 //   --lm-head-weights checkpoint|int8|w8a8|int4  the LM head's (default checkpoint)
-//   --batch-invariant          every matmul through the batch-invariant kernel: batched
-//                              output equals each request alone, bit for bit
+//   --batch-invariant          every matmul through the batch-invariant kernel, attention
+//                              row by row: batched output equals each request alone, bit
+//                              for bit
 // Options(): the LoadOptions, or an error naming the flag and the bad value.
 struct LoadFlags {
   std::string weights{WeightFormatName(LoadOptions{}.weights)};
