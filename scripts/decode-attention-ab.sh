@@ -9,7 +9,7 @@
 # MHA 16/16 x 64 and x 128 (Ouro, Huginn); lengths default 256 2048. Not part of CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rev=HEAD threads=1 batch=4 out=/dev/stdout lengths=()
+rev=HEAD threads=1 batch=4 out= lengths=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --rev) rev=$2; shift 2 ;;
@@ -52,4 +52,4 @@ g++ "${flags[@]}" -Isrc benchmarks/kernels/decode_attention_ab.cc "${objs[@]}" b
     read -r h kv d <<< "$shape"
     HEADS=$h KV_HEADS=$kv HEAD_DIM=$d BATCH=$batch OMP_NUM_THREADS=$threads "$work/ab" "${lengths[@]}"
   done
-} | tee "$out"
+} | if [ -n "$out" ]; then tee "$out"; else cat; fi

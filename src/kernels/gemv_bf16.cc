@@ -20,7 +20,18 @@ std::atomic<bool> g_gemv_enabled{true};
 
 constexpr int64_t kBlockN = 64;                         // columns per packed block
 constexpr int64_t kPairElems = 2 * kBlockN;             // bf16 per k pair in a block (256 bytes)
-constexpr int64_t kNearPrefetchElems = 4 * kPairElems;  // 1 KiB ahead: measured best on SPR
+
+// The one-row pass (M = 1: a pure weight stream) prefetches each pair's 256 bytes a fixed
+// distance ahead; how far and into which cache was measured per CPU (docs/BENCHMARKS.md,
+// "bf16 GEMV at one row: the prefetch by CPU"): 1 KiB into L1 on Sapphire Rapids (~100% of
+// the read bandwidth there); 16 KiB into L2 on Zen 5, 1.10-1.14x the 1 KiB one there and
+// faster than a plain read loop (4-8 KiB into L1 1.04-1.07x, 4 KiB into L2 0.95-0.98x).
+constexpr int64_t kL1PrefetchElems = 4 * kPairElems;   // 1 KiB: Intel (measured on SPR)
+constexpr int64_t kL2PrefetchElems = 64 * kPairElems;  // 16 KiB: AMD (measured on Zen 5)
+bool OneRowPrefetchIntoL2() {
+  static const bool amd = __builtin_cpu_is("amd");
+  return amd;
+}
 
 // Mask of the valid lanes of column group j (16 columns) when `valid` columns are live.
 FATHOM_TARGET_AVX512BF16 inline __mmask16 LaneMask(int64_t valid, int j) {
@@ -33,8 +44,9 @@ FATHOM_TARGET_AVX512BF16 inline __mmask16 LaneMask(int64_t valid, int j) {
 // rows at stride ys. A range that does not start at 0 resumes the sums kept in `carry`
 // ([MR][64] f32); one that does not end at kp / 2 keeps them there instead of writing y.
 // Prefetch: with `next`, the cache lines [l0, l1) from `next`, spread evenly over the range's
-// pairs; without, each pair's 256 bytes kNearPrefetchElems ahead.
-template <int MR>
+// pairs; without, each pair's 256 bytes kAhead elements ahead, with prefetch hint kHint.
+// (decltype: GCC's hints are an enum, clang's ints.)
+template <int MR, decltype(_MM_HINT_T0) kHint = _MM_HINT_T0, int64_t kAhead = kL1PrefetchElems>
 FATHOM_TARGET_AVX512BF16 void GemvBlock(const uint16_t* wb, int64_t kp, const uint16_t* x,
                                         int64_t xs, const float* bias, int64_t valid, float* y,
                                         int64_t ys, int64_t p0, int64_t p1, float* carry,
@@ -55,8 +67,8 @@ FATHOM_TARGET_AVX512BF16 void GemvBlock(const uint16_t* wb, int64_t kp, const ui
     } else {
       // One pointer and immediate offsets: four offsets held in registers made GCC 12 spill
       // two weight vectors to the stack in the 6-row loop.
-      const char* ahead = reinterpret_cast<const char*>(wp + kNearPrefetchElems);
-      for (int j = 0; j < 4; ++j) _mm_prefetch(ahead + 64 * j, _MM_HINT_T0);
+      const char* ahead = reinterpret_cast<const char*>(wp + kAhead);
+      for (int j = 0; j < 4; ++j) _mm_prefetch(ahead + 64 * j, kHint);
     }
     __m512bh w[4];
     for (int j = 0; j < 4; ++j) w[j] = (__m512bh)_mm512_loadu_si512(wp + 32 * j);
@@ -95,7 +107,8 @@ constexpr int64_t kRowsPerPass = 6;
 // at M = 16 on Zen 5); chunks with every pass prefetching 12 KiB ahead gave 1.2-1.3x that but
 // fetched only during the first pass; the spread another 1.05-1.35x at M = 2..16 (1 and 2
 // threads; engine decode batch 4 / 8 / 16 median 1.12x / 1.17x / 1.29x).
-// One row keeps the near prefetch measured best for the memory-bound M = 1 (on SPR).
+// One row keeps the fixed-distance prefetch measured best for the memory-bound M = 1, by
+// CPU vendor (kL1PrefetchElems, kL2PrefetchElems above).
 constexpr int64_t kChunkPairs = 64;
 
 // GemvBlock for each row count of a pass, indexed by it.
@@ -110,7 +123,11 @@ FATHOM_TARGET_AVX512BF16 void GemvBlockRows(const uint16_t* wb, int64_t kp, cons
   const int64_t pairs = kp / 2;
   alignas(64) float carry[kGemvMaxTallRows * 64];  // the rows' sums between chunks
   if (m == 1) {
-    GemvBlock<1>(wb, kp, x, xs, bias, valid, y, ys, 0, pairs, carry, nullptr, 0, 0);
+    if (OneRowPrefetchIntoL2())
+      GemvBlock<1, _MM_HINT_T2, kL2PrefetchElems>(wb, kp, x, xs, bias, valid, y, ys, 0, pairs,
+                                                  carry, nullptr, 0, 0);
+    else
+      GemvBlock<1>(wb, kp, x, xs, bias, valid, y, ys, 0, pairs, carry, nullptr, 0, 0);
     return;
   }
   for (int64_t p0 = 0; p0 < pairs; p0 += kChunkPairs) {
