@@ -178,7 +178,7 @@ void GemvBf16Packed(const uint16_t* w, int64_t kp, int64_t n, const uint16_t* x,
   // prefetch assumes contiguity), then ever shorter ones, so a thread that the memory system
   // served less at the start no longer keeps the other waiting at the end. A small effect:
   // on Zen 5 (2 threads, engine decode under perf) libgomp's spinning fell in 4 of 5 runs
-  // (e.g. 13% -> 6% of the GEMV's samples at batch 1, 11% -> 7% at batch 4), the GEMV alone
+  // (e.g. 13% -> 6% of the GEMV's samples at batch 1, 12% -> 7% at batch 4), the GEMV alone
   // 1.00-1.05x, decode tok/s within the host's noise; dynamic runs of 2 blocks were slower
   // (docs/BENCHMARKS.md "bf16 GEMV at one row: the prefetch by CPU"). Same bits either way.
 #pragma omp parallel for schedule(guided) if (parallel)
