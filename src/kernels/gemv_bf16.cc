@@ -24,7 +24,7 @@ constexpr int64_t kPairElems = 2 * kBlockN;             // bf16 per k pair in a 
 // The one-row pass (M = 1: a pure weight stream) prefetches each pair's 256 bytes a fixed
 // distance ahead; how far and into which cache was measured per CPU (docs/BENCHMARKS.md,
 // "bf16 GEMV at one row: the prefetch by CPU"): 1 KiB into L1 on Sapphire Rapids (~100% of
-// the read bandwidth there); 16 KiB into L2 on Zen 5, 1.10-1.14x the 1 KiB one there and
+// the read bandwidth there); 16 KiB into L2 on Zen 5, 1.07-1.14x the 1 KiB one there and
 // faster than a plain read loop (4-8 KiB into L1 1.04-1.07x, 4 KiB into L2 0.95-0.98x).
 constexpr int64_t kL1PrefetchElems = 4 * kPairElems;   // 1 KiB: Intel (measured on SPR)
 constexpr int64_t kL2PrefetchElems = 64 * kPairElems;  // 16 KiB: AMD (measured on Zen 5)
