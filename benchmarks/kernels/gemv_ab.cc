@@ -4,7 +4,9 @@
 // (1.9 GB of bf16 weights, so every pass reads them from memory) alternating, old first in
 // every other pair, so that a noisy host's slow spells fall on both alike. Prints, per M, the
 // weight GB/s of each (median pass), the median [quartiles] of the per-pair old/new time
-// ratios, and whether the two gave the same bits.
+// ratios, and whether the two gave the same bits; beside them, in every pair, the library's
+// read loop (core/bandwidth.h SumAll, with its prefetch) over the same matrices, one
+// parallel region each as the GEMV's calls: the GB/s a kernel that only read these bytes gets.
 //   env: PAIRS (21)   args: M ... (1 <= M <= kGemvMaxTallRows)
 #include <algorithm>
 #include <chrono>
@@ -14,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "core/bandwidth.h"
 #include "kernels/gemv_bf16.h"
 
 using namespace fathom::internal;
@@ -74,8 +77,16 @@ int main(int argc, char** argv) {
       }
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
-    pass(true), pass(false);  // warm-up (page faults)
-    std::vector<double> t_old, t_new, ratio;
+    volatile float sink = 0;
+    const auto read_pass = [&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (const auto& w : ws)  // bf16 pairs read as floats: finite, normal (see above)
+        sink = sink + fathom::SumAll(reinterpret_cast<const float*>(w.data()),
+                                     static_cast<long>(w.size() / 2), true);
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    pass(true), pass(false), read_pass();  // warm-up (page faults)
+    std::vector<double> t_old, t_new, t_read, ratio, of_read;
     for (int p = 0; p < pairs; ++p) {
       double o = 0, n = 0;
       if (p % 2 == 0) {
@@ -85,17 +96,21 @@ int main(int argc, char** argv) {
         n = pass(false);
         o = pass(true);
       }
-      t_old.push_back(o), t_new.push_back(n), ratio.push_back(o / n);
+      const double r = read_pass();
+      t_old.push_back(o), t_new.push_back(n), t_read.push_back(r), ratio.push_back(o / n),
+          of_read.push_back(r / n);
     }
     // The last matrix's outputs of both sides (every matrix ran through both).
     const bool same = std::memcmp(y_old.data(), y_new.data(),
                                   static_cast<size_t>(m * ns.back()) * sizeof(float)) == 0;
     std::printf(
         "M %2lld: old %.1f GB/s new %.1f GB/s  old/new time per pair: med %.3f [q1 %.3f q3 %.3f]  "
-        "%s\n",
+        "%s; read loop %.1f GB/s, new of it: med %.3f [q1 %.3f q3 %.3f]\n",
         static_cast<long long>(m), bytes / Quantile(t_old, 0.5) / 1e9,
         bytes / Quantile(t_new, 0.5) / 1e9, Quantile(ratio, 0.5), Quantile(ratio, 0.25),
-        Quantile(ratio, 0.75), same ? "same bits" : "DIFFERENT BITS");
+        Quantile(ratio, 0.75), same ? "same bits" : "DIFFERENT BITS",
+        bytes / Quantile(t_read, 0.5) / 1e9, Quantile(of_read, 0.5), Quantile(of_read, 0.25),
+        Quantile(of_read, 0.75));
   }
   return 0;
 }

@@ -319,6 +319,17 @@ TEST(ComputePeak, MeasuredPeaksAreBetweenOneGigaOpAndTheCoresTheoreticalRate) {
   EXPECT_EQ(p.of(Arithmetic::kInt8Dot), p.int8_gops);
 }
 
+TEST(Bandwidth, ReadLoopSumsEveryElementOnce) {
+  // The loop MeasureBandwidth times must read the whole array (each thread's share, the
+  // vector part and the tail): a sum of ones (exact in f32 below 2^24) counts the elements.
+  for (const long n : {1L, 63L, 64L, 65L, (1L << 20) + 37}) {
+    const std::vector<float> ones(static_cast<size_t>(n), 1.f);
+    for (const bool prefetch : {false, true})
+      EXPECT_EQ(SumAll(ones.data(), n, prefetch), static_cast<float>(n))
+          << "n " << n << " prefetch " << prefetch;
+  }
+}
+
 TEST(Bandwidth, ReadLoopIsNotLatencyBound) {
   // 64 MiB arrays, larger than this project's hosts' caches per core. The read loop must
   // stream: a loop bound by its adds' latency (a scalar sum) measured 0.18 of copy's rate on
