@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/parallel.h"
 #include "kernels/vec_math.h"
 
 namespace fathom {
@@ -25,11 +26,10 @@ void SwiGluRow(const float* gate, const float* up, int64_t inter, float* out) {
 
 // gate_up: [rows, 2*inter]; out: [rows, inter].
 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out) {
-#pragma omp parallel for schedule(static) if (rows >= 4 && rows * inter >= (int64_t{1} << 16))
-  for (int64_t r = 0; r < rows; ++r) {
+  ParallelFor(rows, rows >= 4 && rows * inter >= (int64_t{1} << 16), [&](int64_t r) {
     const float* g = gate_up + r * 2 * inter;
     SwiGluRow(g, g + inter, inter, out + r * inter);
-  }
+  });
 }
 
 void SwiGluReference(const float* gate_up, int64_t rows, int64_t inter, float* out) {

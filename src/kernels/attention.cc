@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/parallel.h"
 #include "kernels/vec_math.h"
 
 namespace fathom {
@@ -145,14 +146,16 @@ void Attention(const AttentionShape& s, const float* q, int64_t n_q, const int32
   while (hp % 2 == 0 && n_q * (s.n_heads / hp) < 2 * threads) hp /= 2;
   const int64_t units_per_row = s.n_heads / hp, units = n_q * units_per_row;
   // Rows see different numbers of keys (causal prefill), so hand out units dynamically.
-#pragma omp parallel for schedule(dynamic, 1) if (parallel && units > 1)
-  for (int64_t u = 0; u < units; ++u) {
-    const int64_t i = u / units_per_row, h0 = (u % units_per_row) * hp;
-    const int64_t kv_off = (h0 / group) * hd, n = n_visible[i];
-    const int64_t at = (i * s.n_heads + h0) * hd;
-    AttendUnit(q + at, k + kv_off, v + kv_off, kv_row_stride, n, hd, hp, s.scale,
-               ThreadScores(hp * std::max<int64_t>(n, 1)), out + at);
-  }
+  ParallelFor(
+      units, parallel && units > 1,
+      [&](int64_t u) {
+        const int64_t i = u / units_per_row, h0 = (u % units_per_row) * hp;
+        const int64_t kv_off = (h0 / group) * hd, n = n_visible[i];
+        const int64_t at = (i * s.n_heads + h0) * hd;
+        AttendUnit(q + at, k + kv_off, v + kv_off, kv_row_stride, n, hd, hp, s.scale,
+                   ThreadScores(hp * std::max<int64_t>(n, 1)), out + at);
+      },
+      1);
 }
 
 void AttentionReference(const AttentionShape& s, const float* q, int64_t n_q,

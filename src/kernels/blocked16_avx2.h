@@ -15,6 +15,7 @@
 // accumulators plus the two converted weight vectors and the broadcast activation fit the
 // 16 ymm registers. Every row runs the same instruction sequence on its own accumulators
 // whatever the group size, and threads split N blocks, never K: a row's result is
+#include "core/parallel.h"
 // bit-identical whatever M is, whatever rows share the call and whatever the thread count.
 // One call reads each weight from memory once: a block is read for its first group of rows
 // and comes from cache (L1/L2) for the following groups.
@@ -129,8 +130,7 @@ void Blocked16Matmul(const typename L::Elem* packed, int64_t n, int64_t k, const
   if (m <= 0) return;
   const int64_t blocks = (n + kBlocked16N - 1) / kBlocked16N;
   const bool parallel = blocks > 1 && n * k >= (int64_t{1} << 18);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t b = 0; b < blocks; ++b) {
+  ParallelFor(blocks, parallel, [&](int64_t b) {
     const int64_t col = b * kBlocked16N;
     const int64_t valid = std::min(kBlocked16N, n - col);
     const typename L::Elem* wb = packed + b * kBlocked16N * k;
@@ -140,12 +140,18 @@ void Blocked16Matmul(const typename L::Elem* packed, int64_t n, int64_t k, const
       const float* xr = x + r * k;
       float* yr = y + r * n + col;
       switch (std::min(kBlocked16MaxRows, m - r)) {
-        case 3: Blocked16Rows<3, L>(wb, k, xr, k, sc, bb, valid, yr, n); break;
-        case 2: Blocked16Rows<2, L>(wb, k, xr, k, sc, bb, valid, yr, n); break;
-        default: Blocked16Rows<1, L>(wb, k, xr, k, sc, bb, valid, yr, n); break;
+        case 3:
+          Blocked16Rows<3, L>(wb, k, xr, k, sc, bb, valid, yr, n);
+          break;
+        case 2:
+          Blocked16Rows<2, L>(wb, k, xr, k, sc, bb, valid, yr, n);
+          break;
+        default:
+          Blocked16Rows<1, L>(wb, k, xr, k, sc, bb, valid, yr, n);
+          break;
       }
     }
-  }
+  });
 }
 
 }  // namespace fathom::internal

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/parallel.h"
 
 // Everything with AVX-512 instructions carries this attribute and is only reached after
 // CpuHasAvx512Bf16() said yes (the rest of the project targets x86-64-v3).
@@ -174,19 +175,18 @@ void GemvBf16Packed(const uint16_t* w, int64_t kp, int64_t n, const uint16_t* x,
   const int64_t blocks = (n + kBlockN - 1) / kBlockN;
   // Below ~256 KiB of weights the fork/join costs more than the second core saves.
   const bool parallel = blocks > 1 && kp * n * 2 >= (int64_t{1} << 18);
-  // Guided: each thread first takes a long contiguous run of blocks (the passes' next-block
-  // prefetch assumes contiguity), then ever shorter ones, so a thread that the memory system
-  // served less at the start no longer keeps the other waiting at the end. A small effect:
+  // Guided runs (ParallelFor): each thread first takes a long contiguous run of blocks (the passes'
+  // next-block prefetch assumes contiguity), then ever shorter ones, so a thread that the memory
+  // system served less at the start no longer keeps the other waiting at the end. A small effect:
   // on Zen 5 (2 threads, engine decode under perf) libgomp's spinning fell in 4 of 5 runs
   // (e.g. 13% -> 6% of the GEMV's samples at batch 1, 12% -> 7% at batch 4), the GEMV alone
   // 1.00-1.05x, decode tok/s within the host's noise; dynamic runs of 2 blocks were slower
   // (docs/BENCHMARKS.md "bf16 GEMV at one row: the prefetch by CPU"). Same bits either way.
-#pragma omp parallel for schedule(guided) if (parallel)
-  for (int64_t b = 0; b < blocks; ++b) {
+  ParallelFor(blocks, parallel, [&](int64_t b) {
     const int64_t col = b * kBlockN;
     GemvBlockRows(w + b * kp * kBlockN, kp, x, m, x_stride, bias ? bias + col : nullptr,
                   std::min(kBlockN, n - col), y + col, n);
-  }
+  });
 }
 
 }  // namespace fathom::internal

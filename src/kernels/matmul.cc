@@ -15,17 +15,18 @@
 #include "kernels/matmul.h"
 
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
-#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <utility>
 
 #include "core/check.h"
+#include "core/parallel.h"
 #include "kernels/gemv_bf16.h"
 #include "kernels/matmul_half.h"
 #include "kernels/matmul_int4.h"
@@ -104,8 +105,7 @@ inline __m256i RoundToBf16x8(__m256 v) {
 
 // x: [rows, k] f32 -> dst: [rows, dst_stride] bf16, columns k..dst_stride-1 zeroed.
 void ConvertRowsToBf16(const float* x, int64_t rows, int64_t k, uint16_t* dst, int64_t dst_stride) {
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * k >= (int64_t{1} << 18))
-  for (int64_t r = 0; r < rows; ++r) {
+  ParallelFor(rows, rows > 1 && rows * k >= (int64_t{1} << 18), [&](int64_t r) {
     const float* src = x + r * k;
     uint16_t* out = dst + r * dst_stride;
     int64_t i = 0;
@@ -118,7 +118,7 @@ void ConvertRowsToBf16(const float* x, int64_t rows, int64_t k, uint16_t* dst, i
     }
     for (; i < k; ++i) out[i] = F32ToBF16(src[i]);
     for (; i < dst_stride; ++i) out[i] = 0;
-  }
+  });
 }
 
 // True when `md` is oneDNN's BA16a64b2a layout that GemvBf16Packed reads.
@@ -235,6 +235,7 @@ void Linear::Impl::RunOneDnn(const float* x, int64_t m, float* y) const {
   p.src.set_data_handle(const_cast<void*>(src));  // oneDNN only reads src
   p.dst.set_data_handle(y);
   if (p.scratch_bytes > 0) p.scratch.set_data_handle(ThreadScratchpad().Get(p.scratch_bytes));
+  ParallelPark();  // oneDNN runs on libgomp's team: the pool's idle workers would take its cores
   const dnnl_status_t st =
       dnnl_primitive_execute(p.matmul.get(), ThreadStream().get(), p.num_args, p.args.data());
   FATHOM_CHECK_MSG(st == dnnl_success, "oneDNN matmul status " << static_cast<int>(st));

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/parallel.h"
 
 // GCC 12 reports the _mm512_undefined_*() inside its own AVX-512 intrinsics (set1, cvt) as
 // maybe-uninitialized when they are inlined under -O3.
@@ -301,8 +302,7 @@ void Int4Weights::Matmul(const float* x, int64_t m, const float* bias, float* y,
   const int64_t block_bytes = kp_ * kInt4BlockN / 2, block_scales = groups * kInt4BlockN;
   // Below ~128 KiB of weights the fork/join costs more than the second core saves.
   const bool parallel = pairs > 1 && n_ * kp_ >= (int64_t{1} << 18);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t p = 0; p < pairs; ++p) {
+  ParallelFor(pairs, parallel, [&](int64_t p) {
     const int64_t b = 2 * p;
     const int64_t nb = std::min<int64_t>(2, blocks - b);
     const int64_t col = b * kInt4BlockN;
@@ -339,22 +339,38 @@ void Int4Weights::Matmul(const float* x, int64_t m, const float* bias, float* y,
 #define FATHOM_INT4_CASE(MR, NB) BlockRowsVnni<MR, NB>(wb, sb, kp_, xr, sr, cr, bb, valid, yr, n_)
       if (nb == 2) {
         switch (rows) {
-          case 4: FATHOM_INT4_CASE(4, 2); break;
-          case 3: FATHOM_INT4_CASE(3, 2); break;
-          case 2: FATHOM_INT4_CASE(2, 2); break;
-          default: FATHOM_INT4_CASE(1, 2); break;
+          case 4:
+            FATHOM_INT4_CASE(4, 2);
+            break;
+          case 3:
+            FATHOM_INT4_CASE(3, 2);
+            break;
+          case 2:
+            FATHOM_INT4_CASE(2, 2);
+            break;
+          default:
+            FATHOM_INT4_CASE(1, 2);
+            break;
         }
       } else {
         switch (rows) {
-          case 4: FATHOM_INT4_CASE(4, 1); break;
-          case 3: FATHOM_INT4_CASE(3, 1); break;
-          case 2: FATHOM_INT4_CASE(2, 1); break;
-          default: FATHOM_INT4_CASE(1, 1); break;
+          case 4:
+            FATHOM_INT4_CASE(4, 1);
+            break;
+          case 3:
+            FATHOM_INT4_CASE(3, 1);
+            break;
+          case 2:
+            FATHOM_INT4_CASE(2, 1);
+            break;
+          default:
+            FATHOM_INT4_CASE(1, 1);
+            break;
         }
       }
 #undef FATHOM_INT4_CASE
     }
-  }
+  });
 }
 
 }  // namespace fathom

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/parallel.h"
 #include "kernels/vec_math.h"
 
 namespace fathom::internal {
@@ -57,8 +58,7 @@ void MatmulF32RowInvariant(const float* x, int64_t m, int64_t k, const float* w,
   const int64_t fit = (int64_t{256} << 10) / (4 * std::max<int64_t>(k, 1));
   const int64_t block = std::max<int64_t>(kCols, fit / kCols * kCols);
   const int64_t n_blocks = (n + block - 1) / block;
-#pragma omp parallel for schedule(static) if (n_blocks > 1 && m * n * k >= (int64_t{1} << 20))
-  for (int64_t b = 0; b < n_blocks; ++b) {
+  ParallelFor(n_blocks, n_blocks > 1 && m * n * k >= (int64_t{1} << 20), [&](int64_t b) {
     const int64_t j0 = b * block, j1 = std::min(n, j0 + block);
     for (int64_t i = 0; i < m; i += kRows) {
       const auto rows = static_cast<int>(std::min(kRows, m - i));
@@ -67,7 +67,7 @@ void MatmulF32RowInvariant(const float* x, int64_t m, int64_t k, const float* w,
         kTiles[rows][cols](x + i * k, k, w + j * k, bias ? bias + j : nullptr, y + i * n + j, n);
       }
     }
-  }
+  });
 }
 
 }  // namespace fathom::internal

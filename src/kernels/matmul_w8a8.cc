@@ -20,6 +20,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/parallel.h"
 #include "kernels/matmul_int8.h"
 
 // GCC 12 reports the _mm512_undefined_*() inside its own AVX-512 intrinsics (set1, cvt, max,
@@ -290,8 +291,7 @@ void W8A8Weights::Matmul(const float* x, int64_t m, const float* bias, float* y,
   const int64_t block_bytes = kp_ * kW8A8BlockN;
   // Below ~256 KiB of weights the fork/join costs more than the second core saves.
   const bool parallel = pairs > 1 && n_ * kp_ >= (int64_t{1} << 18);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t p = 0; p < pairs; ++p) {
+  ParallelFor(pairs, parallel, [&](int64_t p) {
     const int64_t b = 2 * p;
     const int64_t nb = std::min<int64_t>(2, blocks - b);
     const int64_t col = b * kW8A8BlockN;
@@ -324,21 +324,37 @@ void W8A8Weights::Matmul(const float* x, int64_t m, const float* bias, float* y,
       }
       if (nb == 2) {
         switch (rows) {
-          case 4: BlockRowsVnni<4, 2>(wb, kp_, ur, sr, sc, bb, valid, yr, n_); break;
-          case 3: BlockRowsVnni<3, 2>(wb, kp_, ur, sr, sc, bb, valid, yr, n_); break;
-          case 2: BlockRowsVnni<2, 2>(wb, kp_, ur, sr, sc, bb, valid, yr, n_); break;
-          default: BlockRowsVnni<1, 2>(wb, kp_, ur, sr, sc, bb, valid, yr, n_); break;
+          case 4:
+            BlockRowsVnni<4, 2>(wb, kp_, ur, sr, sc, bb, valid, yr, n_);
+            break;
+          case 3:
+            BlockRowsVnni<3, 2>(wb, kp_, ur, sr, sc, bb, valid, yr, n_);
+            break;
+          case 2:
+            BlockRowsVnni<2, 2>(wb, kp_, ur, sr, sc, bb, valid, yr, n_);
+            break;
+          default:
+            BlockRowsVnni<1, 2>(wb, kp_, ur, sr, sc, bb, valid, yr, n_);
+            break;
         }
       } else {
         switch (rows) {
-          case 4: BlockRowsVnni<4, 1>(wb, kp_, ur, sr, sc, bb, valid, yr, n_); break;
-          case 3: BlockRowsVnni<3, 1>(wb, kp_, ur, sr, sc, bb, valid, yr, n_); break;
-          case 2: BlockRowsVnni<2, 1>(wb, kp_, ur, sr, sc, bb, valid, yr, n_); break;
-          default: BlockRowsVnni<1, 1>(wb, kp_, ur, sr, sc, bb, valid, yr, n_); break;
+          case 4:
+            BlockRowsVnni<4, 1>(wb, kp_, ur, sr, sc, bb, valid, yr, n_);
+            break;
+          case 3:
+            BlockRowsVnni<3, 1>(wb, kp_, ur, sr, sc, bb, valid, yr, n_);
+            break;
+          case 2:
+            BlockRowsVnni<2, 1>(wb, kp_, ur, sr, sc, bb, valid, yr, n_);
+            break;
+          default:
+            BlockRowsVnni<1, 1>(wb, kp_, ur, sr, sc, bb, valid, yr, n_);
+            break;
         }
       }
     }
-  }
+  });
 }
 
 }  // namespace fathom

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/parallel.h"
 #include "kernels/vec_math.h"
 
 namespace fathom {
@@ -21,8 +22,8 @@ void RmsNormRow(const float* x, const float* weight, float eps, int64_t dim, flo
 // x, y: [rows, dim]; weight: [dim].
 void RmsNorm(const float* x, const float* weight, float eps, int64_t rows, int64_t dim, float* y) {
   // A fork/join costs a few microseconds: only worth it for many rows.
-#pragma omp parallel for schedule(static) if (rows >= 8 && rows * dim >= (int64_t{1} << 16))
-  for (int64_t r = 0; r < rows; ++r) RmsNormRow(x + r * dim, weight, eps, dim, y + r * dim);
+  ParallelFor(rows, rows >= 8 && rows * dim >= (int64_t{1} << 16),
+              [&](int64_t r) { RmsNormRow(x + r * dim, weight, eps, dim, y + r * dim); });
 }
 
 void RmsNormReference(const float* x, const float* weight, float eps, int64_t rows, int64_t dim,

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/parallel.h"
 #include "kernels/vec_math.h"
 #include "kernels/vec_math_avx512.h"
 
@@ -622,14 +623,16 @@ void RunUnits(const AttentionShape& s, const PagedKvView& kv, const PagedAttenti
       units.push_back({first, count, h, std::min(s.n_kv_heads, h + span)});
   }
   const auto n_units = static_cast<int64_t>(units.size());
-#pragma omp parallel for schedule(dynamic, 1) if (parallel && n_units > 1)
-  for (int64_t u = 0; u < n_units; ++u) {
-    const Unit& w = units[static_cast<size_t>(u)];
-    if (w.count == 1)
-      AttendRow(s, kv, rows[w.first], segments, w.kvh_begin, w.kvh_end, group);
-    else
-      internal::PagedAttentionTile(s, kv, rows + w.first, w.count, segments, w.kvh_begin);
-  }
+  ParallelFor(
+      n_units, parallel && n_units > 1,
+      [&](int64_t u) {
+        const Unit& w = units[static_cast<size_t>(u)];
+        if (w.count == 1)
+          AttendRow(s, kv, rows[w.first], segments, w.kvh_begin, w.kvh_end, group);
+        else
+          internal::PagedAttentionTile(s, kv, rows + w.first, w.count, segments, w.kvh_begin);
+      },
+      1);
 }
 
 void CheckView(const AttentionShape& s, const PagedKvView& kv) {

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "core/check.h"
+#include "core/parallel.h"
 
 namespace fathom {
 
@@ -85,9 +86,7 @@ void RotateInterleaved(const float* c, const float* s, int64_t half, float* x) {
 void ApplyRope(const RopeTable& table, RopeStyle style, const int32_t* pos, int64_t rows,
                int64_t n_heads, float* x) {
   const int64_t hd = table.head_dim(), half = hd / 2;
-#pragma omp parallel for schedule(static) if (rows >= 16 && \
-                                              rows * n_heads * hd >= (int64_t{1} << 16))
-  for (int64_t r = 0; r < rows; ++r) {
+  ParallelFor(rows, rows >= 16 && rows * n_heads * hd >= (int64_t{1} << 16), [&](int64_t r) {
     FATHOM_CHECK_MSG(pos[r] >= 0 && pos[r] < table.max_positions(),
                      "row " << r << " position " << pos[r] << " max " << table.max_positions());
     const float* c = table.cos(pos[r]);
@@ -99,7 +98,7 @@ void ApplyRope(const RopeTable& table, RopeStyle style, const int32_t* pos, int6
       else
         RotateInterleaved(c, s, half, xr + h * hd);
     }
-  }
+  });
 }
 
 void ApplyRopeReference(float theta, RopeStyle style, const int32_t* pos, int64_t rows,
