@@ -140,15 +140,9 @@ void Blocked16Matmul(const typename L::Elem* packed, int64_t n, int64_t k, const
       const float* xr = x + r * k;
       float* yr = y + r * n + col;
       switch (std::min(kBlocked16MaxRows, m - r)) {
-        case 3:
-          Blocked16Rows<3, L>(wb, k, xr, k, sc, bb, valid, yr, n);
-          break;
-        case 2:
-          Blocked16Rows<2, L>(wb, k, xr, k, sc, bb, valid, yr, n);
-          break;
-        default:
-          Blocked16Rows<1, L>(wb, k, xr, k, sc, bb, valid, yr, n);
-          break;
+        case 3: Blocked16Rows<3, L>(wb, k, xr, k, sc, bb, valid, yr, n); break;
+        case 2: Blocked16Rows<2, L>(wb, k, xr, k, sc, bb, valid, yr, n); break;
+        default: Blocked16Rows<1, L>(wb, k, xr, k, sc, bb, valid, yr, n); break;
       }
     }
   });

@@ -339,33 +339,17 @@ void Int4Weights::Matmul(const float* x, int64_t m, const float* bias, float* y,
 #define FATHOM_INT4_CASE(MR, NB) BlockRowsVnni<MR, NB>(wb, sb, kp_, xr, sr, cr, bb, valid, yr, n_)
       if (nb == 2) {
         switch (rows) {
-          case 4:
-            FATHOM_INT4_CASE(4, 2);
-            break;
-          case 3:
-            FATHOM_INT4_CASE(3, 2);
-            break;
-          case 2:
-            FATHOM_INT4_CASE(2, 2);
-            break;
-          default:
-            FATHOM_INT4_CASE(1, 2);
-            break;
+          case 4: FATHOM_INT4_CASE(4, 2); break;
+          case 3: FATHOM_INT4_CASE(3, 2); break;
+          case 2: FATHOM_INT4_CASE(2, 2); break;
+          default: FATHOM_INT4_CASE(1, 2); break;
         }
       } else {
         switch (rows) {
-          case 4:
-            FATHOM_INT4_CASE(4, 1);
-            break;
-          case 3:
-            FATHOM_INT4_CASE(3, 1);
-            break;
-          case 2:
-            FATHOM_INT4_CASE(2, 1);
-            break;
-          default:
-            FATHOM_INT4_CASE(1, 1);
-            break;
+          case 4: FATHOM_INT4_CASE(4, 1); break;
+          case 3: FATHOM_INT4_CASE(3, 1); break;
+          case 2: FATHOM_INT4_CASE(2, 1); break;
+          default: FATHOM_INT4_CASE(1, 1); break;
         }
       }
 #undef FATHOM_INT4_CASE

@@ -324,33 +324,17 @@ void W8A8Weights::Matmul(const float* x, int64_t m, const float* bias, float* y,
       }
       if (nb == 2) {
         switch (rows) {
-          case 4:
-            BlockRowsVnni<4, 2>(wb, kp_, ur, sr, sc, bb, valid, yr, n_);
-            break;
-          case 3:
-            BlockRowsVnni<3, 2>(wb, kp_, ur, sr, sc, bb, valid, yr, n_);
-            break;
-          case 2:
-            BlockRowsVnni<2, 2>(wb, kp_, ur, sr, sc, bb, valid, yr, n_);
-            break;
-          default:
-            BlockRowsVnni<1, 2>(wb, kp_, ur, sr, sc, bb, valid, yr, n_);
-            break;
+          case 4: BlockRowsVnni<4, 2>(wb, kp_, ur, sr, sc, bb, valid, yr, n_); break;
+          case 3: BlockRowsVnni<3, 2>(wb, kp_, ur, sr, sc, bb, valid, yr, n_); break;
+          case 2: BlockRowsVnni<2, 2>(wb, kp_, ur, sr, sc, bb, valid, yr, n_); break;
+          default: BlockRowsVnni<1, 2>(wb, kp_, ur, sr, sc, bb, valid, yr, n_); break;
         }
       } else {
         switch (rows) {
-          case 4:
-            BlockRowsVnni<4, 1>(wb, kp_, ur, sr, sc, bb, valid, yr, n_);
-            break;
-          case 3:
-            BlockRowsVnni<3, 1>(wb, kp_, ur, sr, sc, bb, valid, yr, n_);
-            break;
-          case 2:
-            BlockRowsVnni<2, 1>(wb, kp_, ur, sr, sc, bb, valid, yr, n_);
-            break;
-          default:
-            BlockRowsVnni<1, 1>(wb, kp_, ur, sr, sc, bb, valid, yr, n_);
-            break;
+          case 4: BlockRowsVnni<4, 1>(wb, kp_, ur, sr, sc, bb, valid, yr, n_); break;
+          case 3: BlockRowsVnni<3, 1>(wb, kp_, ur, sr, sc, bb, valid, yr, n_); break;
+          case 2: BlockRowsVnni<2, 1>(wb, kp_, ur, sr, sc, bb, valid, yr, n_); break;
+          default: BlockRowsVnni<1, 1>(wb, kp_, ur, sr, sc, bb, valid, yr, n_); break;
         }
       }
     }
