@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Threads under a competing load (issue 15, part 5): `fathom bench offline` (CB and
 # cdb-refill) on 1 thread, on N threads (the default), on N threads with the engine's
-# ThreadGovernor (--adaptive-threads), and on N threads with libgomp's idle spinning
-# bounded (GOMP_SPINCOUNT=10000 against its default 300000), with 0, 1, ... busy-looping
+# ThreadGovernor (--adaptive-threads), and on N threads with oneDNN's prefill matmuls on
+# its own OpenMP team (FATHOM_MATMUL=team) instead of the pool, with 0, 1, ... busy-looping
 # processes beside it.
 # Interleaved: within each round the four configurations run back to back in a rotated
 # order, and ratios are taken within a round (the host's speed moves between rounds).
@@ -45,7 +45,7 @@ start_load() {  # $1 busy processes, each bounded to 30 minutes
 
 # name|environment|flags
 configs=("1|X=1|--threads 1" "$N-fixed|X=1|--threads $N" "$N-adaptive|X=1|--threads $N --adaptive-threads"
-         "$N-fixed-spin10k|GOMP_SPINCOUNT=10000|--threads $N")
+         "$N-matmul-team|FATHOM_MATMUL=team|--threads $N")
 : >"$OUT"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -u +%FT%TZ)"
 for load in $LOADS; do
@@ -79,7 +79,7 @@ for load in sorted({r["load"] for r in rows}):
     for sched in ("cb", "cdb-refill"):
         sel = [r for r in rows if r["load"] == load and r["scheduler"] == sched]
         one = {r["round"]: r["tok_s"] for r in sel if r["config"] == "1"}
-        for cfg in ("1", f"{n}-fixed", f"{n}-adaptive", f"{n}-fixed-spin10k"):
+        for cfg in ("1", f"{n}-fixed", f"{n}-adaptive", f"{n}-matmul-team"):
             rs = [r for r in sel if r["config"] == cfg]
             if not rs:
                 continue

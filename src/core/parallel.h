@@ -17,7 +17,9 @@
 // ParallelFor from inside another (or from a second thread while one runs) runs serially on
 // its caller, as nested OpenMP regions did. Items must be independent: which thread runs
 // which item is not fixed, so kernels that split only their outputs keep the same bits for
-// any thread count. oneDNN's matmuls (prefill, M > 16) still run on libgomp's team.
+// any thread count. oneDNN's matmuls (prefill, M > 16) run on it too, as tiles that are
+// each a one-thread oneDNN matmul (kernels/matmul.cc); FATHOM_MATMUL=team puts them back on
+// oneDNN's own OpenMP team.
 // FATHOM_PARALLEL=openmp in the environment runs every loop as an OpenMP region instead
 // (guided, or dynamic runs of one): the old behaviour, for comparisons in one binary.
 #pragma once

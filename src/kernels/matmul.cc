@@ -8,8 +8,13 @@
 //   f16 W:  converted to f32 at Create (exact), then f32 matmul.
 //   f32 W:  f32 matmul with fpmath mode `strict` (no silent down-conversion).
 // Primitives depend on M, so they are created on first use per M (up to kMaxChunkRows; larger
-// M is split into chunks) against the one packed layout chosen at Create. At M <= 4 with
-// bf16 weights the AVX512-BF16 GEMV in gemv_bf16.cc streams the same packed buffer faster.
+// M is split into chunks) against the one packed layout chosen at Create. At small M
+// (GemvMaxRows()) with bf16 weights the AVX512-BF16 GEMV in gemv_bf16.cc streams the same
+// packed buffer faster. Above it, with more than one thread, bf16 matmuls run on fathom's
+// pool (core/parallel.h) as tiles of y (runs of rows by runs of whole 64-column blocks of
+// that layout), each a one-thread oneDNN matmul, rather than on oneDNN's OpenMP team, whose
+// barriers wait for a thread the OS has descheduled (docs/BENCHMARKS.md "oneDNN's matmuls
+// on the pool").
 // WeightFormat::kInt8, kW8A8 and kInt4 bypass oneDNN altogether: Int8Weights (matmul_int8.h),
 // W8A8Weights (matmul_w8a8.h) or Int4Weights (matmul_int4.h) for every M.
 #include "kernels/matmul.h"
@@ -19,10 +24,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "core/check.h"
@@ -132,6 +139,47 @@ bool IsGemvLayout(const memory::desc& md) {
          b.inner_idxs[2] == 0 && kp % 32 == 0 && b.strides[0] == 32 * 64 && b.strides[1] == kp * 64;
 }
 
+// The pool's oneDNN path splits y [M, N] into tiles: rows in equal runs of at most 128,
+// columns in equal runs of whole 64-column blocks of the packed layout (so a tile's weights
+// are one contiguous run), as few as keep a tile's weights within 2 MiB (a core's L2 or
+// two) but at least two tiles per thread, and a multiple of the threads while the tiles
+// are few. Chosen by timing single Linears on 2 threads of the Zen 5 host against oneDNN's
+// own team (docs/BENCHMARKS.md "oneDNN's matmuls on the pool"): small tiles (64 x 64 at
+// K = 512) cost their fixed overhead (a primitive's execution, the copy of a narrower
+// tile into y), five tiles for two threads left one idle a fifth of the time.
+struct TileShape {
+  int64_t rows, cols;
+};
+TileShape TileGrid(int64_t m, int64_t n, int64_t k, int64_t threads) {
+  const int64_t row_tiles = (m + 127) / 128, rows = (m + row_tiles - 1) / row_tiles;
+  const int64_t blocks = (n + 63) / 64;
+  const int64_t by_bytes = (blocks * 64 * k * 2 + (int64_t{2} << 20) - 1) / (int64_t{2} << 20);
+  int64_t col_tiles = std::max((2 * threads + row_tiles - 1) / row_tiles, by_bytes);
+  if (row_tiles * col_tiles < 4 * threads)
+    col_tiles = (col_tiles + threads - 1) / threads * threads;
+  col_tiles = std::clamp<int64_t>(col_tiles, 1, blocks);
+  const int64_t cols = (blocks + col_tiles - 1) / col_tiles * 64;
+  return {rows, std::min(n, cols)};
+}
+
+// FATHOM_MATMUL=team: oneDNN's matmuls on its own OpenMP team (as before the pool's path),
+// for comparisons in one binary; FATHOM_PARALLEL=openmp implies it.
+bool OneDnnOnPoolByEnvironment() {
+  static const bool on_pool = [] {
+    const char* m = std::getenv("FATHOM_MATMUL");
+    const char* p = std::getenv("FATHOM_PARALLEL");
+    return !(m != nullptr && std::string_view(m) == "team") &&
+           !(p != nullptr && std::string_view(p) == "openmp");
+  }();
+  return on_pool;
+}
+std::atomic<bool> g_tiles_enabled{true};
+std::atomic<int64_t> g_tiles_executed{0};
+
+bool OneDnnOnPool() {
+  return OneDnnOnPoolByEnvironment() && g_tiles_enabled.load(std::memory_order_relaxed);
+}
+
 }  // namespace
 
 // One oneDNN matmul for one M, with memory objects whose data handles are set per call and
@@ -143,6 +191,25 @@ struct LinearPrim {
   std::array<dnnl_exec_arg_t, 5> args{};
   int num_args = 0;
 };
+
+// A one-thread oneDNN matmul over one tile of the pool's path (RunOneDnnOnPool below):
+// `rows` rows of x, `cols` columns of the packed weights (whole 64-column blocks; the last
+// tile of a row may be narrower). Memory objects are made per call (each thread executes
+// its own tile).
+struct TilePrim {
+  int64_t rows = 0, cols = 0;
+  dnnl::matmul matmul;
+  memory::desc src, weights, dst, bias, scratch;
+  size_t scratch_bytes = 0;
+  // False where oneDNN has no optimized one-thread kernel for it (it would pick its slow
+  // reference kernel, or none): that M then runs on oneDNN's own team.
+  bool usable = false;
+};
+
+GrowBuffer& ThreadTileBuffer() {  // a tile's dst, [rows, cols] f32
+  thread_local GrowBuffer buffer;
+  return buffer;
+}
 
 struct Linear::Impl {
   int64_t k = 0, n = 0;
@@ -172,12 +239,18 @@ struct Linear::Impl {
   // caller that changes omp_set_num_threads, like the engine's ThreadGovernor, needs one
   // per count): {threads, [kMaxChunkRows + 1] by M}, a few entries.
   mutable std::vector<std::pair<int, std::vector<std::unique_ptr<LinearPrim>>>> prims;
+  // The pool's path (M > the GEMV's rows, bf16 in the GEMV's layout, more than one thread):
+  // y in tiles, each a one-thread matmul; a few tile shapes per M.
+  bool tiles_on_pool = false;
+  mutable std::vector<std::unique_ptr<TilePrim>> tile_prims;
 
   void SetBias(const std::vector<TensorView>& parts, const std::vector<const TensorView*>& biases);
   void Prepack(const std::vector<TensorView>& parts);
   dnnl::matmul::primitive_desc MakePd(int64_t m, const memory::desc& w_md) const;
   LinearPrim& Prim(int64_t m) const;
   void RunOneDnn(const float* x, int64_t m, float* y) const;
+  const TilePrim& Tile(int64_t rows, int64_t cols) const;
+  void RunOneDnnOnPool(const float* x, int64_t m, float* y) const;
   void RunGemv(const float* x, int64_t m, float* y) const;
 };
 
@@ -239,6 +312,98 @@ void Linear::Impl::RunOneDnn(const float* x, int64_t m, float* y) const {
   const dnnl_status_t st =
       dnnl_primitive_execute(p.matmul.get(), ThreadStream().get(), p.num_args, p.args.data());
   FATHOM_CHECK_MSG(st == dnnl_success, "oneDNN matmul status " << static_cast<int>(st));
+}
+
+// Created with a team of one (oneDNN fixes a primitive's thread count when it builds it):
+// executed on a pool thread, it runs there and nowhere else.
+const TilePrim& Linear::Impl::Tile(int64_t rows, int64_t cols) const {
+  for (const auto& t : tile_prims)
+    if (t->rows == rows && t->cols == cols) return *t;
+  auto p = std::make_unique<TilePrim>();
+  p->rows = rows;
+  p->cols = cols;
+  const int team = omp_get_max_threads();
+  omp_set_num_threads(1);
+  try {
+    const memory::desc src({rows, k}, mdt::bf16, mtag::ab);
+    const memory::desc w({k, cols}, mdt::bf16, mtag::BA16a64b2a);
+    // Dense: oneDNN 2.6's brgemm matmul takes no row stride for dst (it falls back to its
+    // reference kernel), so a tile narrower than N writes a thread's buffer, then copied.
+    const memory::desc dst({rows, cols}, mdt::f32, mtag::ab);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const memory::desc b({1, cols}, mdt::f32, mtag::ab);
+    const auto desc = bias ? dnnl::matmul::desc(src, w, b, dst) : dnnl::matmul::desc(src, w, dst);
+    const dnnl::matmul::primitive_desc pd(desc, attr, CpuEngine());
+    p->usable = std::string_view(pd.impl_info_str()).substr(0, 3) != "ref";
+    p->matmul = dnnl::matmul(pd);
+    p->src = pd.src_desc();
+    p->weights = pd.weights_desc();
+    p->dst = pd.dst_desc();
+    if (bias) p->bias = b;
+    p->scratch = pd.scratchpad_desc();
+    p->scratch_bytes = p->scratch.get_size();
+  } catch (const dnnl::error&) {
+    p->usable = false;
+  }
+  omp_set_num_threads(team);
+  tile_prims.push_back(std::move(p));
+  return *tile_prims.back();
+}
+
+// x: [m, K] f32, y: [m, N] f32, 1 <= m <= kMaxChunkRows: x rounded to bf16 once, then y's
+// tiles claimed by the pool's threads like any loop's items, column tile by column tile
+// (consecutive items share their weights, which stay in the claiming core's cache). Why not
+// oneDNN's own team: its regions end at libgomp barriers, where a thread the OS has
+// descheduled (another busy process on the host) holds every thread (core/parallel.h).
+void Linear::Impl::RunOneDnnOnPool(const float* x, int64_t m, float* y) const {
+  const TileShape t = TileGrid(m, n, k, omp_get_max_threads());
+  const int64_t row_tiles = (m + t.rows - 1) / t.rows, col_tiles = (n + t.cols - 1) / t.cols;
+  const int64_t last_rows = m - (row_tiles - 1) * t.rows, last_cols = n - (col_tiles - 1) * t.cols;
+  // [row is last][column is last]
+  const TilePrim* grid[2][2] = {{&Tile(t.rows, t.cols), &Tile(t.rows, last_cols)},
+                                {&Tile(last_rows, t.cols), &Tile(last_rows, last_cols)}};
+  for (const auto& row : grid)
+    for (const TilePrim* p : row)
+      if (!p->usable) return RunOneDnn(x, m, y);
+  auto* xb = static_cast<uint16_t*>(ThreadXBuffer().Get(static_cast<size_t>(m * k) * 2));
+  ConvertRowsToBf16(x, m, k, xb, k);
+  const int64_t kp = packed_md.data.padded_dims[0];
+  auto* w = static_cast<uint16_t*>(weights.get_data_handle());
+  auto* b = bias ? static_cast<float*>(bias.get_data_handle()) : nullptr;
+  ParallelFor(row_tiles * col_tiles, true, [&](int64_t i) {
+    const int64_t ct = i / row_tiles, rt = i % row_tiles;
+    const TilePrim& p = *grid[rt + 1 == row_tiles][ct + 1 == col_tiles];
+    const int64_t r0 = rt * t.rows, c0 = ct * t.cols;  // columns [c0, c0 + cols): blocks c0 / 64 on
+    const dnnl::engine& eng = CpuEngine();
+    std::array<memory, 5> mem;
+    std::array<dnnl_exec_arg_t, 5> args{};
+    int num = 0;
+    auto add = [&](int arg, const memory::desc& md, void* h) {
+      mem[static_cast<size_t>(num)] = memory(md, eng, h);
+      args[static_cast<size_t>(num)] = {arg, mem[static_cast<size_t>(num)].get()};
+      ++num;
+    };
+    add(DNNL_ARG_SRC, p.src, xb + r0 * k);
+    add(DNNL_ARG_WEIGHTS, p.weights, w + c0 * kp);
+    const bool direct = p.cols == n;  // whole rows: y's rows are the tile's dense rows
+    auto* out =
+        direct
+            ? y + r0 * n
+            : static_cast<float*>(ThreadTileBuffer().Get(static_cast<size_t>(p.rows * p.cols) * 4));
+    add(DNNL_ARG_DST, p.dst, out);
+    if (b != nullptr) add(DNNL_ARG_BIAS, p.bias, b + c0);
+    if (p.scratch_bytes > 0)
+      add(DNNL_ARG_SCRATCHPAD, p.scratch, ThreadScratchpad().Get(p.scratch_bytes));
+    const dnnl_status_t st =
+        dnnl_primitive_execute(p.matmul.get(), ThreadStream().get(), num, args.data());
+    FATHOM_CHECK_MSG(st == dnnl_success, "oneDNN matmul status " << static_cast<int>(st));
+    if (!direct)
+      for (int64_t r = 0; r < p.rows; ++r)
+        std::memcpy(y + (r0 + r) * n + c0, out + r * p.cols,
+                    static_cast<size_t>(p.cols) * sizeof(float));
+    g_tiles_executed.fetch_add(1, std::memory_order_relaxed);
+  });
 }
 
 // Small M, bf16: x rounded to bf16 with rows padded to Kp, then the AVX512-BF16 GEMV.
@@ -418,6 +583,13 @@ Result<Linear> Linear::Create(const std::vector<TensorView>& weights,
   }
   impl->use_gemv =
       impl->compute == mdt::bf16 && internal::CpuHasAvx512Bf16() && IsGemvLayout(impl->packed_md);
+  if (impl->use_gemv) {
+    // The pool's path where oneDNN has a one-thread kernel for its tiles.
+    const int64_t m = internal::GemvMaxRows() + 1;
+    const TileShape t = TileGrid(m, impl->n, impl->k, 2);
+    const int64_t last_cols = impl->n % t.cols == 0 ? t.cols : impl->n % t.cols;
+    impl->tiles_on_pool = impl->Tile(t.rows, t.cols).usable && impl->Tile(t.rows, last_cols).usable;
+  }
   Linear out;
   out.impl_ = std::move(impl);
   return out;
@@ -504,8 +676,13 @@ void Linear::ForwardRounded(const float* x, int64_t m, float* y) const {
     impl_->RunGemv(x, m, y);
     return;
   }
+  const bool on_pool = impl_->tiles_on_pool && omp_get_max_threads() > 1 && OneDnnOnPool();
   for (int64_t r = 0; r < m; r += kMaxChunkRows) {
     const int64_t rows = std::min(kMaxChunkRows, m - r);
+    if (on_pool) {
+      impl_->RunOneDnnOnPool(x + r * impl_->k, rows, y + r * impl_->n);
+      continue;
+    }
     impl_->RunOneDnn(x + r * impl_->k, rows, y + r * impl_->n);
   }
 }
@@ -529,6 +706,11 @@ void Linear::Forward(const float* x, int64_t m, float* y) const {
     for (int64_t j = 0; j < n; ++j)
       y[i * n + j] += y_lo[static_cast<size_t>(i * n + j)] - (b ? b[j] : 0.f);
 }
+
+namespace internal {
+void SetMatmulTilesEnabledForTesting(bool enabled) { g_tiles_enabled.store(enabled); }
+int64_t MatmulTilesExecuted() { return g_tiles_executed.load(); }
+}  // namespace internal
 
 void LinearReference(const float* x, int64_t m, const TensorView& w, const float* bias, float* y) {
   FATHOM_CHECK_MSG(w.shape.size() == 2, "weight shape " << ShapeToString(w.shape));

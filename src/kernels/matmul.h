@@ -69,7 +69,9 @@ class Linear {
   size_t weight_bytes() const;
 
   // x: [m, K] f32 row-major; y: [m, N] f32 row-major. Not reentrant (one caller at a time);
-  // parallel inside over the process's OpenMP threads.
+  // parallel inside over omp_get_max_threads() threads: fathom's pool (core/parallel.h) for
+  // its own kernels and, bf16 in oneDNN, for tiles of y each a one-thread oneDNN matmul
+  // (oneDNN's own OpenMP team where that is not possible or FATHOM_MATMUL=team).
   void Forward(const float* x, int64_t m, float* y) const;
 
   // bf16 weights in kCheckpoint format only: run x as hi + lo bf16 parts (two passes over W), so activations
@@ -93,6 +95,14 @@ class Linear {
   std::unique_ptr<Impl> impl_;
   bool split_bf16_ = false;
 };
+
+namespace internal {
+// Switches the pool's path for oneDNN's matmuls (above) off and on, for tests (the
+// environment's FATHOM_MATMUL=team / FATHOM_PARALLEL=openmp still turn it off), and counts
+// the tiles that path has executed in this process.
+void SetMatmulTilesEnabledForTesting(bool enabled);
+int64_t MatmulTilesExecuted();
+}  // namespace internal
 
 // Scalar reference: double accumulation, W converted element by element. For tests.
 void LinearReference(const float* x, int64_t m, const TensorView& w, const float* bias, float* y);

@@ -2,6 +2,7 @@
 #include "kernels/matmul.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -176,6 +177,49 @@ TEST(GemvBf16Test, EveryRowCountAgreesWithTheReferenceAndWithTheRowAlone) {
     internal::GemvBf16Packed(packed.data(), kp, n, xb.data(), m, kp, bias.data(), y.data());
     EXPECT_EQ(std::memcmp(y.data(), alone.data(), y.size() * sizeof(float)), 0) << "M=" << m;
   }
+}
+
+// bf16 matmuls above the GEMV's rows on 2 threads run on the pool as tiles of rows by runs
+// of 64-column blocks, each a one-thread oneDNN matmul: every tile shape (the last row and
+// column tiles short, a partial 64-column block, one tile of whole rows written in place,
+// bias or not, M chunked past 512 rows) matches the reference on the rounded x as closely
+// as oneDNN's own team does, and the tiles really ran.
+TEST(LinearTest, TilesOnThePoolMatchTheReference) {
+  if (!internal::CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX512-BF16: bf16 weights run as f32";
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  const int64_t k = 300;  // not a multiple of 32: the packed rows are padded
+  // Columns at M <= 128: N = 40 one tile (in place), 100: 64 + 36, 593: 3 x 192 + 17,
+  // 4160: 3 x 1088 + 896; at 512 rows (4 row tiles of 128): 100 and 593 in two tiles.
+  for (const int64_t n : {int64_t{40}, int64_t{100}, int64_t{593}, int64_t{4160}}) {
+    for (const bool with_bias : {true, false}) {
+      auto w = MakeTensor(DType::kBF16, {n, k}, RandomFloats(static_cast<size_t>(n * k), 11));
+      const std::vector<float> bias = RandomFloats(static_cast<size_t>(n), 12);
+      auto b = MakeTensor(DType::kF32, {n}, bias);
+      auto lin = with_bias ? Linear::Create({w.view}, {&b.view}) : Linear::Create({w.view});
+      ASSERT_TRUE(lin.ok()) << lin.status().message();
+      std::vector<float> zero(static_cast<size_t>(n), 0.f);
+      for (const int64_t m : {internal::GemvMaxRows() + 1, int64_t{100}, int64_t{600}}) {
+        SCOPED_TRACE("N=" + std::to_string(n) + " M=" + std::to_string(m) +
+                     (with_bias ? " bias" : ""));
+        const std::vector<float> x = RandomFloats(static_cast<size_t>(m * k), 13);
+        std::vector<float> tiles(static_cast<size_t>(m * n)), team(tiles.size()), ref(tiles.size());
+        const int64_t before = internal::MatmulTilesExecuted();
+        lin->Forward(x.data(), m, tiles.data());
+        EXPECT_GE(internal::MatmulTilesExecuted() - before, (m + 511) / 512);
+        internal::SetMatmulTilesEnabledForTesting(false);
+        const int64_t team_before = internal::MatmulTilesExecuted();
+        lin->Forward(x.data(), m, team.data());
+        EXPECT_EQ(internal::MatmulTilesExecuted(), team_before);
+        internal::SetMatmulTilesEnabledForTesting(true);
+        const std::vector<float> xr = RoundedToBf16(x);
+        LinearReference(xr.data(), m, w.view, with_bias ? bias.data() : zero.data(), ref.data());
+        EXPECT_LE(RelErr(tiles, ref), 1e-5);
+        EXPECT_LE(RelErr(team, ref), 1e-5);
+      }
+    }
+  }
+  omp_set_num_threads(threads);
 }
 
 TEST(LinearTest, ZeroRowsIsANoOp) {
