@@ -22,7 +22,8 @@
 #    --head-checkpoint keeps fathom's head bf16 in every format),
 #    each after waiting for a quiet host. Each engine
 #    decodes B sequences of --prompt tokens for --gen tokens in lockstep; tokens/s over all
-#    sequences. fathom's run measures the memory bandwidth before and after itself.
+#    sequences. Both time each batch after an untimed run of the same shape (llama.cpp: each
+#    batch twice in -npl, the first dropped; fathom bench decode: its warm-up prefill). fathom's run measures the memory bandwidth before and after itself.
 # 5. One table: per format and batch, the median over rounds of each engine's tokens/s, the
 #    median of the per-round ratios fathom / llama.cpp, and fathom's fraction of the bandwidth.
 #
@@ -121,18 +122,25 @@ wait_quiet() {
   echo noisy
 }
 max_batch="$(tr , '\n' <<< "$batches" | sort -n | tail -1)"
+batches_twice="$(tr , '\n' <<< "$batches" | sed 'p' | paste -sd, -)"
 ctx=$((max_batch * (prompt + gen)))
 machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
 for round in $(seq 1 "$rounds"); do
   for f in "${format_list[@]}"; do
     host="$(wait_quiet)"
     echo "round $round $f: llama.cpp ($host host)" >&2
+    # Each batch twice, the first untimed (a warm-up of that shape, as fathom's bench does:
+    # llama.cpp's first 128-token prompt after its own 16-token warm-up ran ~9% slower).
     "$bin/llama-batched-bench" -m "$(gguf_of "$f")" -c "$ctx" -b 2048 -ub 512 -npp "$prompt" -ntg "$gen" \
-      -npl "$batches" -t "$threads" -tb "$threads" --output-format jsonl 2> "$work/llama-$f.log" |
+      -npl "$batches_twice" -t "$threads" -tb "$threads" --output-format jsonl 2> "$work/llama-$f.log" |
       "$py" -c "import json,sys
+seen=set()
 for line in sys.stdin:
     if line.startswith('{'):
-        r=json.loads(line); print(json.dumps({'engine':'llama.cpp','format':sys.argv[1],'round':int(sys.argv[2]),'host':sys.argv[3],
+        r=json.loads(line)
+        if r['pl'] not in seen:
+            seen.add(r['pl']); continue
+        print(json.dumps({'engine':'llama.cpp','format':sys.argv[1],'round':int(sys.argv[2]),'host':sys.argv[3],
             'batch':r['pl'],'prompt_tok_s':r['speed_pp'],'decode_tok_s':r['speed_tg'],'commit':sys.argv[4]}))" \
         "$f" "$round" "$host" "$commit" >> "$out"
     case "$f" in bf16) weights=checkpoint head=checkpoint ;; q8_0) weights=w8a8 head=w8a8 ;; q4_0) weights=int4 head=w8a8 ;; esac
