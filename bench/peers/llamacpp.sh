@@ -23,7 +23,8 @@
 #    each after waiting for a quiet host. Each engine
 #    decodes B sequences of --prompt tokens for --gen tokens in lockstep; tokens/s over all
 #    sequences. Both time each batch after an untimed run of the same shape (llama.cpp: each
-#    batch twice in -npl, the first dropped; fathom bench decode: its warm-up prefill). fathom's run measures the memory bandwidth before and after itself.
+#    batch twice in -npl, the first dropped; fathom bench decode: its warm-up prefill).
+#    fathom's run measures the memory bandwidth before and after itself.
 # 5. One table: per format and batch, the median over rounds of each engine's tokens/s, the
 #    median of the per-round ratios fathom / llama.cpp, and fathom's fraction of the bandwidth.
 #

@@ -641,6 +641,8 @@ Status Linear::MakeBatchInvariant() {
   p.weights = memory();
   p.bias = memory();
   p.use_gemv = false;
+  p.tiles_on_pool = false;
+  p.tile_prims.clear();
   p.compute = mdt::f32;  // x is no longer rounded: set_split_bf16_activations has no work
   p.prims.clear();
   return Status::Ok();
