@@ -335,7 +335,7 @@ Status Engine::Step() {
     return Status::Error(sched_.HasWork() ? "internal: the scheduler made no progress with work pending"
                                           : "no work");
   const int64_t rows = plan_.stage == Stage::kPrefill ? PrefillTokens(plan_) : static_cast<int64_t>(plan_.items.size());
-  const int bucket = ThreadGovernor::Bucket(plan_.stage == Stage::kPrefill, rows);
+  const int bucket = ThreadGovernor::Bucket(plan_.stage, rows);
   // The step's team size, and the calling thread's left as it was (an engine created on
   // this thread later must see its N, not this step's choice).
   const int threads = opt_.adaptive_threads ? governor_.Choose(bucket) : 0, caller = omp_get_max_threads();

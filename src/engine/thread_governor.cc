@@ -17,10 +17,15 @@ ThreadGovernor::ThreadGovernor(const ThreadGovernorConfig& config) : config_(con
   }
 }
 
-int ThreadGovernor::Bucket(bool prefill, int64_t rows) {
+int ThreadGovernor::Bucket(Stage stage, int64_t rows) {
   int log2 = 0;
-  while (log2 < kBuckets / 2 - 1 && (int64_t{1} << log2) < rows) ++log2;
-  return (prefill ? kBuckets / 2 : 0) + log2;
+  while (log2 < kRowBuckets - 1 && (int64_t{1} << log2) < rows) ++log2;
+  // kIdle plans do not run; they share the core's buckets rather than have their own.
+  const int kind = stage == Stage::kPrefill   ? 0
+                   : stage == Stage::kPrelude ? 1
+                   : stage == Stage::kCoda    ? 3
+                                              : 2;
+  return kind * kRowBuckets + log2;
 }
 
 int ThreadGovernor::Index(int threads) const {

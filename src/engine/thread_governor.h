@@ -9,23 +9,26 @@
 //
 // The governor chooses that size per step shape from the engine's own step times, like a
 // scheduler: a pure policy, no clock and no OpenMP inside (the engine times the step and
-// sets the threads). Candidates are N, N/2, N/4, ..., 1. Per shape bucket (prefill or
-// decode, and rows rounded up to a power of two: step time within a bucket varies little,
-// and small and large steps may prefer different counts) it keeps a decayed mean of the
-// step seconds of each candidate and exploits the best; every `interval` steps of the
-// bucket it probes a neighbouring candidate for `probe_steps` steps and switches when the
-// probe's median beats the current mean by `switch_margin`. A probe that loses doubles the
-// interval (up to max_interval), so a count that is 5x slower under load costs about
-// probe_steps x 4 / max_interval of the steps; a current mean that rises by rise_factor
-// over its value at the last decision (a competing load arrived) brings the next probe
-// forward. The first step of a candidate in a bucket is not counted: it builds that
-// count's matmul primitives.
+// sets the threads). Candidates are N, N/2, N/4, ..., 1. Per shape bucket (the stage:
+// prefill, prelude, core or coda, and rows rounded up to a power of two: step time within a
+// bucket varies little, and small and large steps may prefer different counts; a looped
+// model's prelude, core and coda steps of the same rows differ 10-100x in cost, so a bucket
+// that mixed them compared a probe of one stage with a mean of others) it keeps a decayed mean of
+// the step seconds of each candidate and exploits the best; every `interval` steps of the bucket it
+// probes a neighbouring candidate for `probe_steps` steps and switches when the probe's median
+// beats the current mean by `switch_margin`. A probe that loses doubles the interval (up to
+// max_interval), so a count that is 5x slower under load costs about probe_steps x 4 / max_interval
+// of the steps; a current mean that rises by rise_factor over its value at the last decision (a
+// competing load arrived) brings the next probe forward. The first step of a candidate in a bucket
+// is not counted: it builds that count's matmul primitives.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "sched/plan.h"
 
 namespace fathom {
 
@@ -47,12 +50,14 @@ struct ThreadGovernorStats {
 
 class ThreadGovernor {
  public:
-  static constexpr int kBuckets = 2 * 12;  // {decode, prefill} x rows 1, 2, 4, ..., >= 2048
+  static constexpr int kRowBuckets = 12;   // rows 1, 2, 4, ..., >= 2048
+  static constexpr int kStageBuckets = 4;  // prefill, prelude, core, coda
+  static constexpr int kBuckets = kStageBuckets * kRowBuckets;
 
   explicit ThreadGovernor(const ThreadGovernorConfig& config = {});
 
-  // The bucket of a step: prefill steps by prompt tokens, the others by rows.
-  static int Bucket(bool prefill, int64_t rows);
+  // The bucket of a step: its stage, and its rows (prefill: prompt tokens).
+  static int Bucket(Stage stage, int64_t rows);
   // Threads for the next step of this bucket.
   int Choose(int bucket);
   // The step of this bucket ran on `threads` (what Choose returned) in `seconds`.
