@@ -93,6 +93,14 @@ void ThreadGovernor::EndProbe(BucketState& b) {
   b.measured[p] = true;
   const auto c = static_cast<size_t>(b.current);
   if (b.measured[c] && probe < config_.switch_margin * b.mean[c]) {
+    // A competing load (or its end) is the host's, not one shape's: every other bucket
+    // still on the count that lost probes the winner's side at its next step.
+    const int side = b.probing > b.current ? 1 : -1;
+    for (BucketState& o : buckets_)
+      if (&o != &b && o.current == b.current && o.probing < 0) {
+        o.until_probe = 0;
+        o.next_side = side;
+      }
     b.current = b.probing;  // and the next probe goes on in the same direction
     b.interval = config_.min_interval;
     ++stats_.switches;

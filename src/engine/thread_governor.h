@@ -19,8 +19,11 @@
 // beats the current mean by `switch_margin`. A probe that loses doubles the interval (up to
 // max_interval), so a count that is 5x slower under load costs about probe_steps x 4 / max_interval
 // of the steps; a current mean that rises by rise_factor over its value at the last decision (a
-// competing load arrived) brings the next probe forward. The first step of a candidate in a bucket
-// is not counted: it builds that count's matmul primitives.
+// competing load arrived) brings the next probe forward, and so does a switch in another bucket:
+// every bucket still on the count that lost probes the winner's side at its next step (a load
+// comes to the whole host, not to one shape, and a short run has too few steps per bucket for
+// each to find it alone). The first step of a candidate in a bucket is not counted: it builds
+// that count's matmul primitives.
 #pragma once
 
 #include <array>

@@ -177,6 +177,41 @@ TEST(ThreadGovernor, ALoopedModelsStagesOfTheSameRowsDecideApart) {
   EXPECT_GT(at_two, steps * 99 / 100);
 }
 
+TEST(ThreadGovernor, ASwitchInOneBucketBringsTheOthersProbeForward) {
+  // Two buckets, core steps four times as often as coda steps. A mild load (2 threads from
+  // 1.25x faster to 1.1x slower than 1: under rise_factor, so no bucket's own mean calls a
+  // probe) arrives after both probe intervals have grown to their cap; each bucket alone
+  // would find it only at its next scheduled probe (up to max_interval of its own steps).
+  const ThreadGovernorConfig config{.max_threads = 2};
+  ThreadGovernor g(config);
+  const int core = ThreadGovernor::Bucket(Stage::kCore, 8),
+            coda = ThreadGovernor::Bucket(Stage::kCoda, 8);
+  bool loaded = false;
+  auto step = [&](int bucket) {
+    const int t = g.Choose(bucket);
+    g.Record(bucket, t, loaded ? (t == 2 ? 1.1 : 1.0) : (t == 2 ? 0.8 : 1.0));
+  };
+  auto round = [&] {
+    for (int i = 0; i < 4; ++i) step(core);
+    step(coda);
+  };
+  for (int r = 0; r < 20000; ++r) round();
+  ASSERT_EQ(g.current(core), 2);
+  ASSERT_EQ(g.current(coda), 2);
+  loaded = true;
+  int first = -1;
+  for (int r = 0; r < 4000 && first < 0; ++r) {
+    round();
+    if (g.current(core) == 1 || g.current(coda) == 1) first = r;
+  }
+  ASSERT_GE(first, 0) << "neither bucket found the load";
+  // The other one probes at its next step: its probe (probe_steps counted steps, and a first
+  // step at 1 thread that is not counted if it never ran there) ends within probe_steps + 2.
+  for (int r = 0; r < config.probe_steps + 2; ++r) round();
+  EXPECT_EQ(g.current(core), 1);
+  EXPECT_EQ(g.current(coda), 1);
+}
+
 TEST(ThreadGovernor, CountsItDidNotChooseAreIgnored) {
   ThreadGovernor g({.max_threads = 2});
   g.Record(0, 3, 1.0);    // not a candidate
