@@ -76,9 +76,10 @@ struct EngineOptions {
   WaitOrder wait_order = WaitOrder::kTierDeadline;
   // OpenMP threads per step (engine/thread_governor.h): with adaptive_threads each step
   // runs on the candidate of N, N/2, ..., 1 that its shape measured fastest, N being the
-  // creating thread's omp_get_max_threads(). Off by default: measured on 2026-12-02 it
-  // halves the cliff under a competing load (0.32 -> 0.65-0.73 of 1 thread) but costs
-  // 18-25% on an idle host (docs/BENCHMARKS.md, "Threads under a competing load").
+  // creating thread's omp_get_max_threads(). Off by default: on the 2-core host of
+  // 2026-12-06 it ran at 0.97-0.99 of 1 thread under one busy process (fixed threads
+  // 0.91-0.93), but idle at 0.96-1.0 of fixed threads, and a step's thread count then
+  // depends on the host's load (docs/BENCHMARKS.md, "The governor by stage").
   bool adaptive_threads = false;
 };
 
