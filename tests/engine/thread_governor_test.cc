@@ -158,7 +158,7 @@ TEST(ThreadGovernor, ALoopedModelsStagesOfTheSameRowsDecideApart) {
   // A looped model's steps at 8 rows, in CB's order: prelude, four core steps, coda, each
   // 1.8x faster on 2 threads (an idle host) but 20x apart in cost. Had the stages shared a
   // bucket, a probe's median of whichever stages it met would be compared with a mean of
-  // others (the first bucketing sent 30-40% of an idle host's steps to 1 thread).
+  // others (the first bucketing sent 30-42% of an idle host's steps to 1 thread).
   ThreadGovernor g({.max_threads = 2});
   const std::map<Stage, double> cost = {
       {Stage::kPrelude, 5e-5}, {Stage::kCore, 1e-3}, {Stage::kCoda, 2e-4}};
