@@ -9,14 +9,17 @@
 #
 #   scripts/threads-under-load.sh                       # ouro-small, N = 2, loads 0 1 2
 #   MODEL=DIR N=2 LOADS="0 1" ROUNDS=3 REQUESTS=16 scripts/threads-under-load.sh
+#   BASELINE=/tmp/fathom-old scripts/threads-under-load.sh   # + that binary's governor
 #
 # Prints one table per load: tokens/s of each configuration (median over rounds), its
-# ratio to 1 thread (median of the rounds' ratios, with min and max), and the share of the
-# governor's steps on fewer than N threads. Raw JSON lines go to $OUT (default
-# /tmp/fathom-threads.jsonl). Not in CI: it is a measurement.
+# ratio to 1 thread (median of the rounds' ratios, with min and max), the share of the
+# governor's steps on fewer than N threads, and the share of its steps on more than one
+# thread whose caller waited for a core over 5% of the step ("contended"). Raw JSON lines
+# go to $OUT (default /tmp/fathom-threads.jsonl). Not in CI: it is a measurement.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FATHOM=${FATHOM:-build/fathom}
+BASELINE=${BASELINE:-}  # another fathom binary whose --adaptive-threads runs as one more configuration
 MODEL=${MODEL:-/tmp/fm/ouro-small}
 N=${N:-2}
 LOADS=${LOADS:-"0 1 2"}
@@ -46,6 +49,7 @@ start_load() {  # $1 busy processes, each bounded to 30 minutes
 # name|environment|flags
 configs=("1|X=1|--threads 1" "$N-fixed|X=1|--threads $N" "$N-adaptive|X=1|--threads $N --adaptive-threads"
          "$N-matmul-team|FATHOM_MATMUL=team|--threads $N")
+[[ -z $BASELINE ]] || configs+=("$N-adaptive-baseline|FATHOM_BIN=$BASELINE|--threads $N --adaptive-threads")
 : >"$OUT"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -u +%FT%TZ)"
 for load in $LOADS; do
@@ -55,15 +59,18 @@ for load in $LOADS; do
     for ((c = 0; c < ${#configs[@]}; c++)); do
       entry=${configs[$(((c + r) % ${#configs[@]}))]}
       IFS='|' read -r name envs flags <<<"$entry"
+      bin=$FATHOM
+      [[ $envs != FATHOM_BIN=* ]] || bin=${envs#FATHOM_BIN=}
       # shellcheck disable=SC2086
-      env $envs "$FATHOM" bench offline --model "$MODEL" --requests "$REQUESTS" --schedulers cdb-refill \
+      env $envs "$bin" bench offline --model "$MODEL" --requests "$REQUESTS" --schedulers cdb-refill \
         --no-control --json $flags 2>/dev/null |
         python3 -c "import json,sys
 for line in sys.stdin:
     d = json.loads(line)
     print(json.dumps({'load': $load, 'round': $r, 'config': '$name', 'scheduler': d['scheduler'],
                       'tok_s': d['output_tok_s'], 'steps': d['breakdown']['steps'],
-                      'fewer': d['breakdown']['fewer_thread_steps']}))" >>"$OUT"
+                      'fewer': d['breakdown']['fewer_thread_steps'],
+                      'contended': d['breakdown'].get('contended_thread_steps', 0)}))" >>"$OUT"
     done
   done
   stop_load
@@ -75,16 +82,20 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 n = sys.argv[2]
 for load in sorted({r["load"] for r in rows}):
     print(f"\nload: {load} busy process(es)")
-    print(f"{'config':>18} {'scheduler':>11} {'tok/s':>8} {'vs 1 thread':>12} {'(min-max)':>13} {'fewer-thread steps':>19}")
+    print(f"{'config':>20} {'scheduler':>11} {'tok/s':>8} {'vs 1 thread':>12} {'(min-max)':>13} "
+          f"{'fewer-thread steps':>19} {'contended':>10}")
     for sched in ("cb", "cdb-refill"):
         sel = [r for r in rows if r["load"] == load and r["scheduler"] == sched]
         one = {r["round"]: r["tok_s"] for r in sel if r["config"] == "1"}
-        for cfg in ("1", f"{n}-fixed", f"{n}-adaptive", f"{n}-matmul-team"):
+        for cfg in ("1", f"{n}-fixed", f"{n}-adaptive", f"{n}-matmul-team", f"{n}-adaptive-baseline"):
             rs = [r for r in sel if r["config"] == cfg]
             if not rs:
                 continue
             ratios = [r["tok_s"] / one[r["round"]] for r in rs if r["round"] in one]
-            fewer = sum(r["fewer"] for r in rs) / max(1, sum(r["steps"] for r in rs))
-            print(f"{cfg:>18} {sched:>11} {statistics.median(r['tok_s'] for r in rs):8.1f} "
-                  f"{statistics.median(ratios):12.2f} {f'({min(ratios):.2f}-{max(ratios):.2f})':>13} {fewer:18.1%}")
+            steps = max(1, sum(r["steps"] for r in rs))
+            fewer = sum(r["fewer"] for r in rs) / steps
+            contended = sum(r.get("contended", 0) for r in rs) / steps
+            print(f"{cfg:>20} {sched:>11} {statistics.median(r['tok_s'] for r in rs):8.1f} "
+                  f"{statistics.median(ratios):12.2f} {f'({min(ratios):.2f}-{max(ratios):.2f})':>13} "
+                  f"{fewer:18.1%} {contended:10.1%}")
 EOF

@@ -88,6 +88,9 @@ json Breakdown(const std::vector<std::vector<RunResult>>& rounds, size_t i) {
   int64_t fewer = 0;  // summed: the governor's choices differ between rounds
   for (const auto& round : rounds) fewer += round[i].stats.fewer_thread_steps;
   out["fewer_thread_steps"] = fewer;
+  int64_t contended = 0;
+  for (const auto& round : rounds) contended += round[i].stats.contended_thread_steps;
+  out["contended_thread_steps"] = contended;
   return out;
 }
 

@@ -7,9 +7,11 @@
 // before publishing the word). The caller returns when `done` counts every item.
 #include "core/parallel.h"
 
+#include <fcntl.h>
 #include <immintrin.h>
 #include <omp.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +20,7 @@
 #include <mutex>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 namespace fathom {
 namespace {
@@ -66,6 +69,22 @@ class Pool {
   }
 
   int started() const { return started_.load(std::memory_order_relaxed); }
+
+  double RunDelaySeconds(int workers) {
+    std::lock_guard<std::mutex> lock(schedstat_mu_);
+    uint64_t ns = 0;
+    for (size_t i = 0; i < schedstat_.size() && static_cast<int>(i) < workers; ++i) {
+      char buf[96];
+      const ssize_t got = schedstat_[i] < 0 ? -1 : pread(schedstat_[i], buf, sizeof buf - 1, 0);
+      if (got <= 0) continue;
+      buf[got] = '\0';
+      // "<ns on cpu> <ns waiting on a run queue> <timeslices>"
+      char* end = nullptr;
+      std::strtoull(buf, &end, 10);
+      ns += std::strtoull(end, nullptr, 10);
+    }
+    return 1e-9 * static_cast<double>(ns);
+  }
   void Park() { park_.store(true, std::memory_order_relaxed); }
   std::mutex& busy() { return busy_; }
 
@@ -99,6 +118,13 @@ class Pool {
 
   void WorkerLoop(int index) {
     t_inside = true;
+    {  // this thread's scheduler statistics, for RunDelaySeconds (-1 where there are none)
+      const int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+      std::lock_guard<std::mutex> lock(schedstat_mu_);
+      if (schedstat_.size() <= static_cast<size_t>(index))
+        schedstat_.resize(static_cast<size_t>(index) + 1, -1);
+      schedstat_[static_cast<size_t>(index)] = fd;
+    }
     uint32_t seen = generation_.load(std::memory_order_acquire);
     for (;;) {
       uint32_t gen = 0;
@@ -139,6 +165,8 @@ class Pool {
   std::atomic<void*> ctx_{nullptr};
   uint32_t last_gen_ = 0;  // the caller's (under busy_)
   std::mutex busy_;        // one loop at a time
+  std::mutex schedstat_mu_;
+  std::vector<int> schedstat_;  // each worker's /proc/thread-self/schedstat, by index
 };
 
 // Never destroyed: its detached workers run until the process ends.
@@ -186,6 +214,8 @@ void Run(int64_t n, bool parallel, int64_t max_run, RangeFn fn, void* ctx) {
 }  // namespace parallel_internal
 
 int ParallelWorkersStarted() { return ThePool().started(); }
+
+double ParallelWorkersRunDelaySeconds(int workers) { return ThePool().RunDelaySeconds(workers); }
 
 void ParallelPark() { ThePool().Park(); }
 

@@ -57,6 +57,12 @@ void ParallelFor(int64_t n, bool parallel, Body&& body, int64_t max_run = INT64_
 // cores to another runtime's threads (oneDNN's OpenMP team), which the spinning would slow.
 void ParallelPark();
 
+// Seconds the pool's first `workers` workers have spent runnable but waiting for a CPU since
+// they started (the run delay in /proc/thread-self/schedstat), summed: the difference over a
+// step is how long other processes held cores its workers needed (engine/thread_governor.h).
+// Costs a read of a /proc file per worker (~2 us each). 0 where the kernel reports nothing.
+double ParallelWorkersRunDelaySeconds(int workers);
+
 // Workers the pool has started (0 before the first parallel loop); for tests.
 int ParallelWorkersStarted();
 

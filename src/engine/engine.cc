@@ -1,12 +1,14 @@
 #include "engine/engine.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 
-#include <omp.h>
-
 #include "core/check.h"
+#include "core/parallel.h"
+#include "core/thread_cpu_time.h"
 #include "exec/generate.h"
 #include "exec/kv_setup.h"
 #include "exec/stage_runner.h"
@@ -340,12 +342,24 @@ Status Engine::Step() {
   // this thread later must see its N, not this step's choice).
   const int threads = opt_.adaptive_threads ? governor_.Choose(bucket) : 0, caller = omp_get_max_threads();
   if (threads > 0 && threads != caller) omp_set_num_threads(threads);
+  // The governor also gets the thread-seconds the step's threads waited for a core: this
+  // thread's wall minus CPU time (the caller of a parallel loop spins or yields, never
+  // sleeps) and the pool workers' run delay.
+  const double cpu1 = threads > 1 ? ThreadCpuSeconds() : 0;
+  const double delay1 = threads > 1 ? ParallelWorkersRunDelaySeconds(threads - 1) : 0;
   const double t1 = Now();
   const Status executed = Execute(plan_, &outcome_);
   const double t2 = Now();
+  const double cpu2 = threads > 1 ? ThreadCpuSeconds() : 0;
+  const double delay2 = threads > 1 ? ParallelWorkersRunDelaySeconds(threads - 1) : 0;
   if (threads > 0 && threads != caller) omp_set_num_threads(caller);
   FATHOM_RETURN_IF_ERROR(executed);
-  if (threads > 0) governor_.Record(bucket, threads, t2 - t1);
+  if (threads > 0) {
+    const int64_t contended = governor_.stats().contended_steps;
+    const double waited = std::max(0.0, (t2 - t1) - (cpu2 - cpu1)) + std::max(0.0, delay2 - delay1);
+    governor_.Record(bucket, threads, t2 - t1, waited);
+    stats_.contended_thread_steps += governor_.stats().contended_steps - contended;
+  }
   if (threads > 0 && threads < governor_.candidates().back()) ++stats_.fewer_thread_steps;
   sched_.Update(plan_, outcome_, &events_);
   const double t3 = Now();

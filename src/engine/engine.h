@@ -135,6 +135,8 @@ struct EngineStats {
   int64_t deadline_hopeless = 0; // of those with a deadline: found unmeetable even at b = 0
   int64_t forced_think_ends = 0; // end-of-thinking tokens forced by a thinking budget
   int64_t fewer_thread_steps = 0; // steps the ThreadGovernor ran on fewer than N threads
+  int64_t contended_thread_steps = 0;  // of the governor's steps on > 1 thread: those whose
+                                       // threads waited for cores over 5% of their time
 };
 
 class Engine {

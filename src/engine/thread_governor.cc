@@ -53,7 +53,12 @@ int ThreadGovernor::Choose(int bucket) {
   return candidates_[static_cast<size_t>(b.probing >= 0 ? b.probing : b.current)];
 }
 
-void ThreadGovernor::Record(int bucket, int threads, double seconds) {
+bool ThreadGovernor::Contended(const BucketState& b, int i) const {
+  return candidates_[static_cast<size_t>(i)] > 1 &&
+         b.off_cpu[static_cast<size_t>(i)] > config_.contended_share;
+}
+
+void ThreadGovernor::Record(int bucket, int threads, double seconds, double off_cpu_seconds) {
   BucketState& b = buckets_[static_cast<size_t>(std::clamp(bucket, 0, kBuckets - 1))];
   const int i = Index(threads);
   if (i < 0 || !(seconds >= 0)) return;  // not a count the governor chose, or no time
@@ -63,6 +68,12 @@ void ThreadGovernor::Record(int bucket, int threads, double seconds) {
     b.warm[static_cast<size_t>(i)] = true;
     return;
   }
+  const double share =
+      seconds > 0 ? std::clamp(off_cpu_seconds / (threads * seconds), 0.0, 1.0) : 0.0;
+  if (threads > 1 && share > config_.contended_share) ++stats_.contended_steps;
+  double& off_cpu = b.off_cpu[static_cast<size_t>(i)];  // probes' steps too: a load seen is a load
+  off_cpu =
+      b.measured[static_cast<size_t>(i)] ? off_cpu + config_.decay * (share - off_cpu) : share;
   if (i == b.probing) {
     b.probe[static_cast<size_t>(b.probe_n++)] = seconds;
     if (b.probe_n == config_.probe_steps) EndProbe(b);
@@ -80,11 +91,21 @@ void ThreadGovernor::Record(int bucket, int threads, double seconds) {
   if (mean > config_.rise_factor * b.mean_at_decision) {  // slower than when chosen: look again
     b.until_probe = 0;
     b.interval = config_.min_interval;
+  } else if (Contended(b, i) && !b.contended_at_decision) {
+    // Waiting for cores where it did not: fewer threads are the count to try, once per spell
+    // of contention, against a mean of the steps since (the decayed one still holds the
+    // faster steps of before), so after probe_steps of them.
+    b.contended_at_decision = true;
+    b.next_side = -1;
+    mean = seconds;
+    b.until_probe = config_.probe_steps;
+    b.interval = config_.min_interval;
   }
 }
 
 // The probe's median (one step that built a primitive or met a page fault does not decide)
-// against the current candidate's decayed mean.
+// against the current candidate's decayed mean; a probe of fewer threads needs only to be
+// faster where the current count's steps wait for cores.
 void ThreadGovernor::EndProbe(BucketState& b) {
   std::sort(b.probe.begin(), b.probe.begin() + b.probe_n);
   const double probe = b.probe[static_cast<size_t>(b.probe_n / 2)];
@@ -92,7 +113,9 @@ void ThreadGovernor::EndProbe(BucketState& b) {
   b.mean[p] = probe;
   b.measured[p] = true;
   const auto c = static_cast<size_t>(b.current);
-  if (b.measured[c] && probe < config_.switch_margin * b.mean[c]) {
+  const double margin = b.probing < b.current && Contended(b, b.current) ? config_.contended_margin
+                                                                         : config_.switch_margin;
+  if (b.measured[c] && probe < margin * b.mean[c]) {
     // A competing load (or its end) is the host's, not one shape's: every other bucket
     // still on the count that lost probes the winner's side at its next step.
     const int side = b.probing > b.current ? 1 : -1;
@@ -109,6 +132,7 @@ void ThreadGovernor::EndProbe(BucketState& b) {
     b.next_side = -b.next_side;
   }
   b.mean_at_decision = b.mean[static_cast<size_t>(b.current)];
+  b.contended_at_decision = Contended(b, b.current);
   b.until_probe = b.interval;
   b.probing = -1;
 }

@@ -24,6 +24,19 @@
 // comes to the whole host, not to one shape, and a short run has too few steps per bucket for
 // each to find it alone). The first step of a candidate in a bucket is not counted: it builds
 // that count's matmul primitives.
+//
+// Timing alone is a weak signal under a load: with one busy process on 2 cores, 1 thread was
+// only 7-10% faster per step than 2, near the switch margin, so half the probes of 1 thread
+// lost to noise and half the steps stayed on 2 (0.97-0.99 of 1 thread's tok/s; BENCHMARKS.md
+// "The governor by stage"). The engine therefore also reports how long the calling thread
+// was off its CPU during the step (wall minus the thread's CPU time: the caller never
+// sleeps in a step, so that is time spent waiting for a core another process holds) and how
+// long the pool's workers waited, runnable, for a core (their run delay). Where the current
+// count runs on more than one thread and its threads spend more than `contended_share` of
+// the step's thread-time waiting, the host is contended: a probe of fewer threads
+// then switches on any win (`contended_margin`), and contention that appears brings the
+// next probe forward like a rise in step time. An idle host's steps are off-CPU ~0% of
+// the time, so there nothing changes.
 #pragma once
 
 #include <array>
@@ -43,10 +56,14 @@ struct ThreadGovernorConfig {
   double switch_margin = 0.92;  // switch when probe median < margin x current mean
   double rise_factor = 1.5;     // current mean this much above its last-decision value: probe now
   double decay = 0.2;           // weight of a new sample in the decayed means
+  double contended_share =
+      0.05;  // off-CPU share of a step's thread-time above which it is contended
+  double contended_margin = 1.0;  // switch margin for a probe of fewer threads when contended
 };
 
 struct ThreadGovernorStats {
   int64_t steps = 0, probes = 0, switches = 0;
+  int64_t contended_steps = 0;  // counted steps on more than 1 thread over contended_share off-CPU
   // steps run at each candidate, in candidates() order
   std::vector<int64_t> steps_at;
 };
@@ -63,8 +80,10 @@ class ThreadGovernor {
   static int Bucket(Stage stage, int64_t rows);
   // Threads for the next step of this bucket.
   int Choose(int bucket);
-  // The step of this bucket ran on `threads` (what Choose returned) in `seconds`.
-  void Record(int bucket, int threads, double seconds);
+  // The step of this bucket ran on `threads` (what Choose returned) in `seconds` of wall
+  // time, while its threads waited for cores `off_cpu_seconds` thread-seconds in all (0: not
+  // measured); its off-CPU share is off_cpu_seconds / (threads x seconds).
+  void Record(int bucket, int threads, double seconds, double off_cpu_seconds = 0);
 
   const std::vector<int>& candidates() const { return candidates_; }
   // The count the bucket exploits now (not a probe's).
@@ -81,11 +100,15 @@ class ThreadGovernor {
     int interval = 0, until_probe = 0;
     int next_side = -1;          // which neighbour the next probe tries: -1 fewer, +1 more
     double mean_at_decision = 0;  // the current candidate's mean when it was last chosen
+    bool contended_at_decision = false;
     std::array<double, kMaxCandidates> mean{};
+    std::array<double, kMaxCandidates> off_cpu{};  // decayed off-CPU share of the steps
     std::array<bool, kMaxCandidates> warm{}, measured{};
   };
   int Index(int threads) const;
   int Neighbour(BucketState& b) const;
+  // The bucket's candidate i runs on more than one thread and its steps wait for cores.
+  bool Contended(const BucketState& b, int i) const;
   void EndProbe(BucketState& b);
 
   ThreadGovernorConfig config_;

@@ -212,6 +212,63 @@ TEST(ThreadGovernor, ASwitchInOneBucketBringsTheOthersProbeForward) {
   EXPECT_EQ(g.current(coda), 1);
 }
 
+// Steps of one bucket where 2 threads are `slower` x 1 thread's time (+-3% noise), and
+// each step on 2 threads reports that its threads waited `share` of its thread-time for
+// cores. Returns the steps on 1 thread.
+int64_t DriveContended(ThreadGovernor& g, std::mt19937& rng, int64_t steps, double slower,
+                       double share) {
+  std::uniform_real_distribution<double> noise(0.97, 1.03);
+  int64_t at_one = 0;
+  for (int64_t s = 0; s < steps; ++s) {
+    const int t = g.Choose(0);
+    const double seconds = noise(rng) * (t == 2 ? slower * 1e-3 : 1e-3);
+    g.Record(0, t, seconds, t == 2 ? share * 2 * seconds : 0.0);
+    at_one += t == 1;
+  }
+  return at_one;
+}
+
+TEST(ThreadGovernor, UnderContentionFewerThreadsWinOnAnyMargin) {
+  // One busy process on 2 cores: 2 threads 4% slower than 1 (under the 8% switch margin),
+  // their threads waiting for cores a quarter of the time.
+  std::mt19937 rng(11);
+  ThreadGovernor g({.max_threads = 2});
+  EXPECT_GT(DriveContended(g, rng, 20000, 1.04, 0.25), 20000 * 95 / 100);
+  EXPECT_GT(g.stats().contended_steps, 0);
+  // The same step times with no waiting reported: timing alone keeps 2 threads.
+  ThreadGovernor h({.max_threads = 2});
+  EXPECT_LT(DriveContended(h, rng, 20000, 1.04, 0.0), 20000 / 100);
+  EXPECT_EQ(h.stats().contended_steps, 0);
+}
+
+TEST(ThreadGovernor, ShortWaitsOfAnIdleHostChangeNothing) {
+  // 2 threads 1.3x faster; their threads off-CPU 2% of the time (interrupts, daemons).
+  std::mt19937 rng(12);
+  ThreadGovernor g({.max_threads = 2});
+  EXPECT_LT(DriveContended(g, rng, 20000, 1 / 1.3, 0.02), 20000 / 100);
+  EXPECT_EQ(g.stats().switches, 0);
+  EXPECT_EQ(g.stats().contended_steps, 0);
+  // Contended but 2 threads still much faster (a light load): no switch either.
+  ThreadGovernor h({.max_threads = 2});
+  EXPECT_LT(DriveContended(h, rng, 20000, 1 / 1.3, 0.2), 20000 / 100);
+  EXPECT_EQ(h.stats().switches, 0);
+}
+
+TEST(ThreadGovernor, ContentionThatAppearsBringsTheProbeForward) {
+  // Idle until the probe interval has grown to its cap; then a load that makes 2 threads 4%
+  // slower than 1 (well under rise_factor) and has them wait a quarter of the time.
+  std::mt19937 rng(13);
+  const ThreadGovernorConfig config{.max_threads = 2};
+  ThreadGovernor g(config);
+  DriveContended(g, rng, 20000, 1 / 1.3, 0.0);
+  ASSERT_EQ(g.current(0), 2);
+  // The mean share passes 5% at the second step (decay 0.2); probe_steps more steps on 2
+  // threads measure them under the load, then the probe runs its probe_steps: a few steps,
+  // not the up to max_interval steps of the next scheduled probe.
+  DriveContended(g, rng, 2 + 2 * config.probe_steps, 1.04, 0.25);
+  EXPECT_EQ(g.current(0), 1);
+}
+
 TEST(ThreadGovernor, CountsItDidNotChooseAreIgnored) {
   ThreadGovernor g({.max_threads = 2});
   g.Record(0, 3, 1.0);    // not a candidate

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -72,6 +74,42 @@ TEST(ParallelFor, WorkersTakePart) {
   }
   EXPECT_GE(ParallelWorkersStarted(), 1);
   EXPECT_EQ(ids.size(), 2u) << "no item ran on a worker";
+}
+
+TEST(ParallelFor, WorkersRunDelayCountsTheirWaitForACore) {
+  if (std::FILE* f = std::fopen("/proc/thread-self/schedstat", "r"))
+    std::fclose(f);
+  else
+    GTEST_SKIP() << "no /proc/thread-self/schedstat on this kernel";
+  Threads t(2);
+  auto busy_items = [] {  // ~10 ms of 50 us items
+    ParallelFor(200, true, [](int64_t) {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+      while (std::chrono::steady_clock::now() < end) {
+      }
+    });
+  };
+  busy_items();  // starts the worker
+  ASSERT_GE(ParallelWorkersStarted(), 1);
+  EXPECT_EQ(ParallelWorkersRunDelaySeconds(0), 0.0);
+  const double before = ParallelWorkersRunDelaySeconds(1);
+  // One busy thread per CPU for 300 ms beside the loops: the caller and the worker are two
+  // more runnable threads than there are CPUs, so the worker waits for one much of the time.
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> spinners;
+  for (unsigned i = 0; i < std::max(1u, std::thread::hardware_concurrency()); ++i)
+    spinners.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < end) busy_items();
+  stop = true;
+  for (std::thread& s : spinners) s.join();
+  const double waited = ParallelWorkersRunDelaySeconds(1) - before;
+  EXPECT_GT(waited, 0.005) << "the worker's run delay grew by " << waited
+                           << " s in 300 ms of contention";
+  EXPECT_LT(waited, 0.3 + 0.05);  // it cannot wait longer than the time it was runnable
 }
 
 TEST(ParallelFor, NestedLoopsRunSerially) {
