@@ -7,10 +7,10 @@
 namespace fathom {
 
 // Seconds the calling thread has run on a CPU (CLOCK_THREAD_CPUTIME_ID; a system call, about
-// a microsecond: call it per step, not per item). 0 where the clock is not available.
+// a microsecond: call it per step, not per item). -1 where the clock is not available.
 inline double ThreadCpuSeconds() {
   timespec ts{};
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 

@@ -356,7 +356,9 @@ Status Engine::Step() {
   FATHOM_RETURN_IF_ERROR(executed);
   if (threads > 0) {
     const int64_t contended = governor_.stats().contended_steps;
-    const double waited = std::max(0.0, (t2 - t1) - (cpu2 - cpu1)) + std::max(0.0, delay2 - delay1);
+    const double caller_waited =
+        cpu1 >= 0 && cpu2 >= 0 ? std::max(0.0, (t2 - t1) - (cpu2 - cpu1)) : 0.0;
+    const double waited = caller_waited + std::max(0.0, delay2 - delay1);
     governor_.Record(bucket, threads, t2 - t1, waited);
     stats_.contended_thread_steps += governor_.stats().contended_steps - contended;
   }

@@ -77,9 +77,10 @@ struct EngineOptions {
   // OpenMP threads per step (engine/thread_governor.h): with adaptive_threads each step
   // runs on the candidate of N, N/2, ..., 1 that its shape measured fastest, N being the
   // creating thread's omp_get_max_threads(). Off by default: on the 2-core host of
-  // 2026-12-06 it ran at 0.97-0.99 of 1 thread under one busy process (fixed threads
-  // 0.91-0.93), but idle at 0.96-1.0 of fixed threads, and a step's thread count then
-  // depends on the host's load (docs/BENCHMARKS.md, "The governor by stage").
+  // 2026-12-06 it ran at 0.93-1.03 of 1 thread under one busy process (fixed threads
+  // 0.89-1.00), but idle at 0.93-1.07 of fixed threads, and a step's thread count then
+  // depends on the host's load, and with it oneDNN's prefill tile grid (docs/BENCHMARKS.md,
+  // "The governor told when the cores are taken").
   bool adaptive_threads = false;
 };
 

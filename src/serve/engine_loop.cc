@@ -272,6 +272,7 @@ void EngineLoop::UpdateMetrics() {
   m.steps = st.steps;
   m.preemptions = st.preemptions;
   m.fewer_thread_steps = st.fewer_thread_steps;
+  m.contended_thread_steps = st.contended_thread_steps;
   m.mean_exit_depth =
       st.decode_tokens ? static_cast<double>(st.depth_sum) / static_cast<double>(st.decode_tokens) : 0.0;
   m.kv_blocks_free = e.kv().pool().num_free();

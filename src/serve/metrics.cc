@@ -93,6 +93,10 @@ std::string RenderPrometheus(const MetricsSnapshot& m) {
   w.Family("steps_fewer_threads_total", "counter",
            "Engine steps run on fewer threads than --threads (they measured faster: other work holds cores).");
   w.Sample("steps_fewer_threads_total", "", m.fewer_thread_steps);
+  w.Family(
+      "steps_contended_total", "counter",
+      "Engine steps on more than one thread whose threads waited for cores over 5% of their time.");
+  w.Sample("steps_contended_total", "", m.contended_thread_steps);
   w.Family("preemptions_total", "counter", "Requests preempted by recompute.");
   w.Sample("preemptions_total", "", m.preemptions);
 

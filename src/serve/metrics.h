@@ -33,6 +33,7 @@ struct MetricsSnapshot {
   int64_t last_rows = 0;
   int64_t steps = 0, preemptions = 0;
   int64_t fewer_thread_steps = 0;  // steps the ThreadGovernor ran on fewer than --threads
+  int64_t contended_thread_steps = 0;  // the governor's steps on > 1 thread that waited for cores
   double mean_exit_depth = 0;  // depth_sum / decode_tokens
   int64_t kv_blocks_used = 0, kv_blocks_free = 0;
   // One block's bytes, and the KV bytes one decode token holds: its physical KV layers

@@ -54,11 +54,13 @@ void EngineFlags::Declare(FlagSet& flags) {
   if (Has(kFlagLookahead)) DeclareLookahead(flags, &lookahead_);
   if (Has(kFlagKvDtype)) DeclareKvDtype(flags, &kv_dtype_);
   if (Has(kFlagAdaptiveThreads))
-    flags.Bool("--adaptive-threads", &adaptive_threads_,
-               "each step on the count of --threads, --threads/2, ..., 1 that steps of its stage\n"
-               "      and rows measured fastest (for shared hosts: under one busy process on 2\n"
-               "      cores 0.97-0.99 of 1 thread, fixed threads 0.91-0.93; idle 0.96-1.0 of\n"
-               "      fixed threads; default off: every step on --threads)");
+    flags.Bool(
+        "--adaptive-threads", &adaptive_threads_,
+        "each step on the count of --threads, --threads/2, ..., 1 that steps of its stage\n"
+        "      and rows measured fastest, fewer threads winning on any margin where they\n"
+        "      wait for cores (for shared hosts: under one busy process on 2 cores 0.93-1.03\n"
+        "      of 1 thread, fixed threads 0.89-1.00; idle 0.93-1.07 of fixed threads;\n"
+        "      default off: every step on --threads)");
   if (Has(kFlagBudgetPrompts))
     flags.Bool("--budget-prompts", &budget_prompts_,
                "prompts follow the budget b too: a looped request whose exits follow b prefills its\n"
