@@ -14,7 +14,7 @@
 # Prints one table per load: tokens/s of each configuration (median over rounds), its
 # ratio to 1 thread (median of the rounds' ratios, with min and max), the share of the
 # governor's steps on fewer than N threads, and the share of its steps on more than one
-# thread whose caller waited for a core over 5% of the step ("contended"). Raw JSON lines
+# thread whose threads waited for cores over 5% of their time ("contended"). Raw JSON lines
 # go to $OUT (default /tmp/fathom-threads.jsonl). Not in CI: it is a measurement.
 set -euo pipefail
 cd "$(dirname "$0")/.."

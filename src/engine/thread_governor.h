@@ -56,8 +56,8 @@ struct ThreadGovernorConfig {
   double switch_margin = 0.92;  // switch when probe median < margin x current mean
   double rise_factor = 1.5;     // current mean this much above its last-decision value: probe now
   double decay = 0.2;           // weight of a new sample in the decayed means
-  double contended_share =
-      0.05;  // off-CPU share of a step's thread-time above which it is contended
+  // off-CPU share of a step's thread-time above which it is contended
+  double contended_share = 0.05;
   double contended_margin = 1.0;  // switch margin for a probe of fewer threads when contended
 };
 
