@@ -38,7 +38,7 @@ extern "C" void OldPagedAttention(const void* s, const void* kv, const void* row
 }
 CC
 objs=()
-for f in "$work/wrap.cc" "$work"/src/kernels/paged_attention*.cc "$work/src/kernels/softmax.cc" "$work/src/core/dtype.cc"; do
+for f in "$work/wrap.cc" "$work"/src/kernels/paged_attention*.cc "$work/src/kernels/softmax.cc" "$work/src/core/dtype.cc" "$work/src/core/parallel.cc"; do
   [ -f "$f" ] || continue
   o="$work/$(basename "$f" .cc).o"
   g++ "${flags[@]}" -I"$work/src" -Dfathom=fathom_old -c "$f" -o "$o"

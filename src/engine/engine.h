@@ -76,11 +76,13 @@ struct EngineOptions {
   WaitOrder wait_order = WaitOrder::kTierDeadline;
   // OpenMP threads per step (engine/thread_governor.h): with adaptive_threads each step
   // runs on the candidate of N, N/2, ..., 1 that its shape measured fastest, N being the
-  // creating thread's omp_get_max_threads(). Off by default: on the 2-core host of
-  // 2026-12-06 it ran at 0.93-1.03 of 1 thread under one busy process (fixed threads
-  // 0.89-1.00), but idle at 0.93-1.07 of fixed threads, and a step's thread count then
-  // depends on the host's load, and with it oneDNN's prefill tile grid (docs/BENCHMARKS.md,
-  // "The governor told when the cores are taken").
+  // creating thread's omp_get_max_threads(). The count never changes a result: logits are
+  // the same bits on 1, 2 and 3 threads (tests/model/thread_invariance_test.cc), except
+  // where matmuls run on oneDNN's own OpenMP team (f32 weights; 16-bit weights on CPUs with
+  // AVX-512 but not AVX512-BF16), whose split oneDNN chooses. Off by default: on the 2-core
+  // host of 2026-12-06 it ran at 0.93-1.03 of 1 thread under one busy process (fixed
+  // threads 0.89-1.00), but idle at 0.93-1.07 of fixed threads (docs/BENCHMARKS.md, "The
+  // governor told when the cores are taken").
   bool adaptive_threads = false;
 };
 
