@@ -358,7 +358,8 @@ Status Engine::Step() {
     const int64_t contended = governor_.stats().contended_steps;
     const double caller_waited =
         cpu1 >= 0 && cpu2 >= 0 ? std::max(0.0, (t2 - t1) - (cpu2 - cpu1)) : 0.0;
-    const double waited = caller_waited + std::max(0.0, delay2 - delay1);
+    // Not measured on one thread (no pool workers, and nothing to compare against).
+    const double waited = threads > 1 ? caller_waited + std::max(0.0, delay2 - delay1) : -1.0;
     governor_.Record(bucket, threads, t2 - t1, waited);
     stats_.contended_thread_steps += governor_.stats().contended_steps - contended;
   }

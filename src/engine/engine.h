@@ -80,9 +80,9 @@ struct EngineOptions {
   // the same bits on 1, 2 and 3 threads (tests/model/thread_invariance_test.cc), except
   // where matmuls run on oneDNN's own OpenMP team (f32 weights; 16-bit weights on CPUs with
   // AVX-512 but not AVX512-BF16), whose split oneDNN chooses. Off by default: on the 2-core
-  // host of 2026-12-06 it ran at 0.93-1.03 of 1 thread under one busy process (fixed
-  // threads 0.89-1.00), but idle at 0.93-1.07 of fixed threads (docs/BENCHMARKS.md, "The
-  // governor told when the cores are taken").
+  // host of 2026-12-07 it ran at 0.89-1.24 of 1 thread under one busy process (fixed
+  // threads 0.86-1.08), but idle still at 0.95-1.02 of fixed threads in the medians of
+  // three runs (docs/BENCHMARKS.md, "The governor skips its probes on an idle host").
   bool adaptive_threads = false;
 };
 

@@ -1,6 +1,7 @@
 #include "engine/thread_governor.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace fathom {
 
@@ -46,11 +47,25 @@ int ThreadGovernor::Choose(int bucket) {
   BucketState& b = buckets_[static_cast<size_t>(std::clamp(bucket, 0, kBuckets - 1))];
   if (candidates_.size() == 1) return candidates_[0];
   if (b.probing < 0 && b.until_probe <= 0) {
-    b.probing = Neighbour(b);
-    b.probe_n = 0;
-    ++stats_.probes;
+    const int next = Neighbour(b);
+    if (next < b.current && config_.host_idle_share > 0 && HostIdle()) {
+      // Nothing else wants the cores: fewer threads would only be slower (a bucket's own
+      // contention on an idle host is a spike of one step). Look again after the interval,
+      // not doubled: a load that comes is found then.
+      b.until_probe = b.interval;
+      ++stats_.skipped_probes;
+    } else {
+      b.probing = next;
+      b.probe_n = 0;
+      ++stats_.probes;
+    }
   }
   return candidates_[static_cast<size_t>(b.probing >= 0 ? b.probing : b.current)];
+}
+
+bool ThreadGovernor::HostIdle() const {
+  return host_thread_seconds_ > 0 &&
+         host_off_cpu_ <= config_.host_idle_share * host_thread_seconds_;
 }
 
 bool ThreadGovernor::Contended(const BucketState& b, int i) const {
@@ -68,9 +83,15 @@ void ThreadGovernor::Record(int bucket, int threads, double seconds, double off_
     b.warm[static_cast<size_t>(i)] = true;
     return;
   }
+  const bool measured = off_cpu_seconds >= 0;
   const double share =
-      seconds > 0 ? std::clamp(off_cpu_seconds / (threads * seconds), 0.0, 1.0) : 0.0;
+      measured && seconds > 0 ? std::clamp(off_cpu_seconds / (threads * seconds), 0.0, 1.0) : 0.0;
   if (threads > 1 && share > config_.contended_share) ++stats_.contended_steps;
+  if (threads > 1 && measured) {  // the host's window: older steps weigh exp(-elapsed / window)
+    const double keep = std::exp(-seconds / std::max(config_.host_window_seconds, 1e-9));
+    host_off_cpu_ = keep * host_off_cpu_ + share * threads * seconds;
+    host_thread_seconds_ = keep * host_thread_seconds_ + threads * seconds;
+  }
   double& off_cpu = b.off_cpu[static_cast<size_t>(i)];  // probes' steps too: a load seen is a load
   off_cpu =
       b.measured[static_cast<size_t>(i)] ? off_cpu + config_.decay * (share - off_cpu) : share;

@@ -36,7 +36,12 @@
 // the step's thread-time waiting, the host is contended: a probe of fewer threads
 // then switches on any win (`contended_margin`), and contention that appears brings the
 // next probe forward like a rise in step time. An idle host's steps are off-CPU ~0% of
-// the time, so there nothing changes.
+// the time, and there the probes of fewer threads are skipped altogether (while the
+// host's share of waiting, over all steps of the last second or so, stays at or below 3%):
+// they only lost there, and in a short run, whose buckets probe at their 32nd and 96th
+// steps, they were most of the governor's idle cost (BENCHMARKS.md, "The governor
+// skips its probes on an idle host"). The price: on an idle host a shape whose steps are
+// faster on fewer threads (too short to pay for the pool's fork and join) stays on N.
 #pragma once
 
 #include <array>
@@ -59,11 +64,19 @@ struct ThreadGovernorConfig {
   // off-CPU share of a step's thread-time above which it is contended
   double contended_share = 0.05;
   double contended_margin = 1.0;  // switch margin for a probe of fewer threads when contended
+  // The host's waiting: the off-CPU share of all steps on more than one thread, weighted by
+  // their thread-time and decayed with a time constant of host_window_seconds. At or below
+  // host_idle_share the host is idle, and a bucket's due probe of fewer threads is skipped:
+  // on an idle host those probes only lost, and in short runs they were most of its cost.
+  // 0 turns the skip off.
+  double host_window_seconds = 1.0;
+  double host_idle_share = 0.03;
 };
 
 struct ThreadGovernorStats {
   int64_t steps = 0, probes = 0, switches = 0;
   int64_t contended_steps = 0;  // counted steps on more than 1 thread over contended_share off-CPU
+  int64_t skipped_probes = 0;   // probes of fewer threads skipped on an idle host
   // steps run at each candidate, in candidates() order
   std::vector<int64_t> steps_at;
 };
@@ -81,9 +94,10 @@ class ThreadGovernor {
   // Threads for the next step of this bucket.
   int Choose(int bucket);
   // The step of this bucket ran on `threads` (what Choose returned) in `seconds` of wall
-  // time, while its threads waited for cores `off_cpu_seconds` thread-seconds in all (0: not
-  // measured); its off-CPU share is off_cpu_seconds / (threads x seconds).
-  void Record(int bucket, int threads, double seconds, double off_cpu_seconds = 0);
+  // time, while its threads waited for cores `off_cpu_seconds` thread-seconds in all
+  // (negative: not measured, as none is on one thread); its off-CPU share is
+  // off_cpu_seconds / (threads x seconds).
+  void Record(int bucket, int threads, double seconds, double off_cpu_seconds = -1);
 
   const std::vector<int>& candidates() const { return candidates_; }
   // The count the bucket exploits now (not a probe's).
@@ -110,10 +124,14 @@ class ThreadGovernor {
   // The bucket's candidate i runs on more than one thread and its steps wait for cores.
   bool Contended(const BucketState& b, int i) const;
   void EndProbe(BucketState& b);
+  // Steps on more than one thread measured their waiting, and the host's decayed off-CPU
+  // share is at or below host_idle_share.
+  bool HostIdle() const;
 
   ThreadGovernorConfig config_;
   std::vector<int> candidates_;  // ascending: 1, ..., N
   std::array<BucketState, kBuckets> buckets_{};
+  double host_off_cpu_ = 0, host_thread_seconds_ = 0;  // decayed sums (HostIdle)
   ThreadGovernorStats stats_;
 };
 

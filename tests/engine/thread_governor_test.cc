@@ -214,7 +214,8 @@ TEST(ThreadGovernor, ASwitchInOneBucketBringsTheOthersProbeForward) {
 
 // Steps of one bucket where 2 threads are `slower` x 1 thread's time (+-3% noise), and
 // each step on 2 threads reports that its threads waited `share` of its thread-time for
-// cores. Returns the steps on 1 thread.
+// cores (share < 0: no waiting measured; steps on 1 thread measure none, as the engine's).
+// Returns the steps on 1 thread.
 int64_t DriveContended(ThreadGovernor& g, std::mt19937& rng, int64_t steps, double slower,
                        double share) {
   std::uniform_real_distribution<double> noise(0.97, 1.03);
@@ -222,7 +223,7 @@ int64_t DriveContended(ThreadGovernor& g, std::mt19937& rng, int64_t steps, doub
   for (int64_t s = 0; s < steps; ++s) {
     const int t = g.Choose(0);
     const double seconds = noise(rng) * (t == 2 ? slower * 1e-3 : 1e-3);
-    g.Record(0, t, seconds, t == 2 ? share * 2 * seconds : 0.0);
+    g.Record(0, t, seconds, t == 2 && share >= 0 ? share * 2 * seconds : -1.0);
     at_one += t == 1;
   }
   return at_one;
@@ -235,9 +236,10 @@ TEST(ThreadGovernor, UnderContentionFewerThreadsWinOnAnyMargin) {
   ThreadGovernor g({.max_threads = 2});
   EXPECT_GT(DriveContended(g, rng, 20000, 1.04, 0.25), 20000 * 95 / 100);
   EXPECT_GT(g.stats().contended_steps, 0);
-  // The same step times with no waiting reported: timing alone keeps 2 threads.
+  // The same step times with no waiting measured: timing alone keeps 2 threads.
   ThreadGovernor h({.max_threads = 2});
-  EXPECT_LT(DriveContended(h, rng, 20000, 1.04, 0.0), 20000 / 100);
+  EXPECT_LT(DriveContended(h, rng, 20000, 1.04, -1), 20000 / 100);
+  EXPECT_GT(h.stats().probes, 0);
   EXPECT_EQ(h.stats().contended_steps, 0);
 }
 
@@ -262,11 +264,50 @@ TEST(ThreadGovernor, ContentionThatAppearsBringsTheProbeForward) {
   ThreadGovernor g(config);
   DriveContended(g, rng, 20000, 1 / 1.3, 0.0);
   ASSERT_EQ(g.current(0), 2);
-  // The mean share passes 5% at the second step (decay 0.2); probe_steps more steps on 2
-  // threads measure them under the load, then the probe runs its probe_steps: a few steps,
-  // not the up to max_interval steps of the next scheduled probe.
-  DriveContended(g, rng, 2 + 2 * config.probe_steps, 1.04, 0.25);
+  EXPECT_EQ(g.stats().probes, 0);  // the idle host measured its waiting: no probe of 1 thread
+  // The bucket's mean share passes 5% at the second step (decay 0.2), which calls a probe;
+  // it runs once the host's share over its 1 s window passes 3% (2 threads x 1 s of
+  // thread-time, 0.5 ms of waiting a step: ~120 steps), at the bucket's next look (every
+  // min_interval steps), for probe_steps steps (after a first one on 1 thread that is not
+  // counted: it never ran there). So about 150 steps (0.15 s) of the load, not the up to
+  // max_interval (2048) steps of the next scheduled probe.
+  int steps = 0;
+  while (g.current(0) != 1 && steps < config.max_interval) {
+    DriveContended(g, rng, 1, 1.04, 0.25);
+    ++steps;
+  }
   EXPECT_EQ(g.current(0), 1);
+  EXPECT_LE(steps, 120 + config.min_interval + config.probe_steps + 2);
+}
+
+TEST(ThreadGovernor, AnIdleHostThatMeasuresItsWaitingProbesNoFewerThreads) {
+  // 2 threads 1.3x faster, and their waiting measured at 0 on every step: the probes of 1
+  // thread that only lose are skipped (in a short run they were most of the governor's idle
+  // cost). Without the waiting measured, the probes run as before.
+  std::mt19937 rng(14);
+  ThreadGovernor g({.max_threads = 2});
+  EXPECT_EQ(DriveContended(g, rng, 5000, 1 / 1.3, 0.0), 0);
+  EXPECT_EQ(g.stats().probes, 0);
+  EXPECT_GT(g.stats().skipped_probes, 0);
+  ThreadGovernor h({.max_threads = 2});
+  EXPECT_GT(DriveContended(h, rng, 5000, 1 / 1.3, -1), 0);  // its probes
+  EXPECT_GT(h.stats().probes, 0);
+  EXPECT_EQ(h.stats().skipped_probes, 0);
+  // The cost of the skip: on an idle host a shape whose steps are faster on 1 thread (a
+  // step too short to pay for the pool's fork and join) stays on 2.
+  ThreadGovernor k({.max_threads = 2});
+  EXPECT_EQ(DriveContended(k, rng, 5000, 1.3, 0.0), 0);
+}
+
+TEST(ThreadGovernor, AHostWhoseThreadsWaitALittleStillProbesFewerThreads) {
+  // 2 threads 10% slower (past the 8% margin on time alone), waiting 4% of their time: under
+  // the 5% that makes the bucket contended, over the 3% of an idle host, so the probes run
+  // and time alone moves the bucket to 1 thread.
+  std::mt19937 rng(15);
+  ThreadGovernor g({.max_threads = 2});
+  EXPECT_GT(DriveContended(g, rng, 5000, 1.1, 0.04), 5000 * 95 / 100);
+  EXPECT_EQ(g.stats().contended_steps, 0);
+  EXPECT_EQ(g.stats().skipped_probes, 0);
 }
 
 TEST(ThreadGovernor, CountsItDidNotChooseAreIgnored) {

@@ -241,10 +241,10 @@ TEST(LinearTest, BitsDoNotDependOnTheThreadCount) {
     DType dt;
     WeightFormat format;
   };
-  for (const Form f : {Form{DType::kBF16, WeightFormat::kCheckpoint},
-                       Form{DType::kF16, WeightFormat::kCheckpoint},
-                       Form{DType::kBF16, WeightFormat::kInt8}, Form{DType::kBF16, WeightFormat::kW8A8},
-                       Form{DType::kBF16, WeightFormat::kInt4}}) {
+  for (const Form f :
+       {Form{DType::kBF16, WeightFormat::kCheckpoint}, Form{DType::kF16, WeightFormat::kCheckpoint},
+        Form{DType::kBF16, WeightFormat::kInt8}, Form{DType::kBF16, WeightFormat::kW8A8},
+        Form{DType::kBF16, WeightFormat::kInt4}}) {
     for (const int64_t n : {int64_t{100}, int64_t{593}, int64_t{4160}}) {
       auto w = MakeTensor(f.dt, {n, k}, RandomFloats(static_cast<size_t>(n * k), 21));
       auto b = MakeTensor(DType::kF32, {n}, RandomFloats(static_cast<size_t>(n), 22));

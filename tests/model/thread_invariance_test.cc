@@ -49,7 +49,8 @@ TEST_P(ThreadInvarianceTest, LogitsAreTheSameBitsOnOneTwoAndThreeThreads) {
   ASSERT_TRUE(model.ok()) << model.status().message();
   std::mt19937 rng(5);
   std::vector<int32_t> ids(136);  // the last rows attend to >= 128 keys: split by KV head
-  for (int32_t& t : ids) t = static_cast<int32_t>(rng() % static_cast<uint32_t>((*model)->spec().vocab));
+  for (int32_t& t : ids)
+    t = static_cast<int32_t>(rng() % static_cast<uint32_t>((*model)->spec().vocab));
   const int threads = omp_get_max_threads();
   for (const int64_t chunk : {int64_t{0}, int64_t{7}, int64_t{1}}) {
     SCOPED_TRACE("chunk " + std::to_string(chunk));

@@ -58,9 +58,10 @@ void EngineFlags::Declare(FlagSet& flags) {
         "--adaptive-threads", &adaptive_threads_,
         "each step on the count of --threads, --threads/2, ..., 1 that steps of its stage\n"
         "      and rows measured fastest, fewer threads winning on any margin where they\n"
-        "      wait for cores (for shared hosts: under one busy process on 2 cores 0.93-1.03\n"
-        "      of 1 thread, fixed threads 0.89-1.00; idle 0.93-1.07 of fixed threads;\n"
-        "      default off: every step on --threads)");
+        "      wait for cores and no probe of fewer threads while the host is idle (for\n"
+        "      shared hosts: under one busy process on 2 cores 0.89-1.24 of 1 thread, fixed\n"
+        "      threads 0.86-1.08; idle 0.95-1.02 of fixed threads; results the same bits on\n"
+        "      any count; default off: every step on --threads)");
   if (Has(kFlagBudgetPrompts))
     flags.Bool("--budget-prompts", &budget_prompts_,
                "prompts follow the budget b too: a looped request whose exits follow b prefills its\n"
