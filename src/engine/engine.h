@@ -82,7 +82,7 @@ struct EngineOptions {
   // AVX-512 but not AVX512-BF16), whose split oneDNN chooses. Off by default: on the 2-core
   // host of 2026-12-07 it ran at 0.89-1.24 of 1 thread under one busy process (fixed
   // threads 0.86-1.08), but idle still at 0.95-1.02 of fixed threads in the medians of
-  // three runs (docs/BENCHMARKS.md, "The governor skips its probes on an idle host").
+  // four runs (docs/BENCHMARKS.md, "The governor skips its probes on an idle host").
   bool adaptive_threads = false;
 };
 
