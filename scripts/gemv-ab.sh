@@ -35,7 +35,8 @@ extern "C" void OldGemvBf16Packed(const uint16_t* w, int64_t kp, int64_t n, cons
 }
 CC
 objs=()
-for f in "$work/wrap.cc" "$work/src/kernels/gemv_bf16.cc"; do
+for f in "$work/wrap.cc" "$work/src/kernels/gemv_bf16.cc" "$work/src/core/parallel.cc"; do
+  [ -f "$f" ] || continue
   o="$work/$(basename "$f" .cc).o"
   g++ "${flags[@]}" -I"$work/src" -Dfathom=fathom_old -c "$f" -o "$o"
   objs+=("$o")
