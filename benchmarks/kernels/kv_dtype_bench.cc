@@ -1,6 +1,6 @@
-// Micro-benchmark of decode attention over f32 against bf16 K/V (issue 15): B decode rows,
+// Micro-benchmark of decode attention over f32, bf16 and int8 K/V (issue 15): B decode rows,
 // each attending to its own sequence's `context` keys through a shuffled block table (one
-// layer of Ouro-1.4B's shape by default: 16 heads = 16 KV heads x 128), the two dtypes
+// layer of Ouro-1.4B's shape by default: 16 heads = 16 KV heads x 128), the three dtypes
 // interleaved call by call so a noisy host slows both alike. Reports the median per call
 // of wall and process CPU time (1 thread: CPU time is the work, which other processes'
 // time slices do not lengthen) and the KV bytes read per CPU second. Not built by CMake;
@@ -57,6 +57,13 @@ int main(int argc, char** argv) {
   for (float& x : v) x = u(rng);
   std::vector<uint16_t> k16(k.size()), v16(v.size());
   for (size_t i = 0; i < k.size(); ++i) k16[i] = F32ToBF16(k[i]), v16[i] = F32ToBF16(v[i]);
+  // int8 rows: the values, then a scale per KV head (DType::kI8's layout).
+  const int64_t row8 = row + 4 * kv_heads, stride8 = block * row8;
+  std::vector<int8_t> k8(static_cast<size_t>(n_blocks * stride8)), v8(k8.size());
+  for (int64_t r = 0; r < n_blocks * block; ++r) {
+    QuantizeI8Row(k.data() + r * row, row, kv_heads, k8.data() + r * row8);
+    QuantizeI8Row(v.data() + r * row, row, kv_heads, v8.data() + r * row8);
+  }
   std::vector<int32_t> ids(static_cast<size_t>(n_blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
@@ -70,11 +77,16 @@ int main(int argc, char** argv) {
                                     static_cast<int32_t>(b), static_cast<int32_t>(b + 1)};
   }
   const AttentionShape shape{heads, kv_heads, hd, 1.f / std::sqrt(static_cast<float>(hd))};
-  const PagedKvView views[2] = {{k.data(), v.data(), stride, row, block, DType::kF32},
-                                {k16.data(), v16.data(), stride, row, block, DType::kBF16}};
-  std::vector<double> wall[2], cpu[2];
+  constexpr int kTypes = 3;
+  const PagedKvView views[kTypes] = {{k.data(), v.data(), stride, row, block, DType::kF32},
+                                     {k16.data(), v16.data(), stride, row, block, DType::kBF16},
+                                     {k8.data(), v8.data(), stride8, row8, block, DType::kI8}};
+  const char* names[kTypes] = {"f32", "bf16", "int8"};
+  const double row_bytes[kTypes] = {4.0 * static_cast<double>(row), 2.0 * static_cast<double>(row),
+                                    static_cast<double>(row8)};
+  std::vector<double> wall[kTypes], cpu[kTypes];
   for (int64_t r = 0; r <= reps; ++r)
-    for (int t = 0; t < 2; ++t) {
+    for (int t = 0; t < kTypes; ++t) {
       const double w0 = WallNow(), c0 = CpuNow();
       PagedAttention(shape, views[t], rows.data(), batch, segs.data());
       if (r > 0) wall[t].push_back(WallNow() - w0), cpu[t].push_back(CpuNow() - c0);  // r = 0: warm-up
@@ -83,13 +95,14 @@ int main(int argc, char** argv) {
               static_cast<long long>(batch), static_cast<long long>(context), static_cast<long long>(heads),
               static_cast<long long>(kv_heads), static_cast<long long>(hd), static_cast<long long>(reps));
   const double keys = static_cast<double>(batch * context);
-  for (int t = 0; t < 2; ++t) {
-    const double bytes = keys * 2.0 * static_cast<double>(row) * (t == 0 ? 4 : 2);
+  for (int t = 0; t < kTypes; ++t) {
+    const double bytes = keys * 2.0 * row_bytes[t];
     std::printf("%-5s wall %8.3f ms  cpu %8.3f ms  %6.2f GB/s of KV (cpu)  %7.2f ns per key\n",
-                t == 0 ? "f32" : "bf16", 1e3 * Median(wall[t]), 1e3 * Median(cpu[t]),
-                bytes / Median(cpu[t]) / 1e9, 1e9 * Median(cpu[t]) / keys);
+                names[t], 1e3 * Median(wall[t]), 1e3 * Median(cpu[t]), bytes / Median(cpu[t]) / 1e9,
+                1e9 * Median(cpu[t]) / keys);
   }
-  std::printf("bf16 / f32: wall %.3f  cpu %.3f\n", Median(wall[1]) / Median(wall[0]),
-              Median(cpu[1]) / Median(cpu[0]));
+  for (int t = 1; t < kTypes; ++t)
+    std::printf("%s / f32: wall %.3f  cpu %.3f\n", names[t], Median(wall[t]) / Median(wall[0]),
+                Median(cpu[t]) / Median(cpu[0]));
   return 0;
 }

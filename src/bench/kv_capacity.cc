@@ -115,8 +115,11 @@ Result<KvCapacityResult> MeasureKvCapacity(const Model& model, const KvCapacityO
   FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, 1, KvLayout::kLastExited, 1, 1, opt.block_size,
                                                  opt.kv_dtype));
   r.kv_layers = kv->table().num_physical_layers();
-  r.bytes_per_token = static_cast<int64_t>(r.kv_layers) * 2 * spec.kv_dim() * static_cast<int64_t>(DTypeSize(opt.kv_dtype));
-  r.blocks = BlockPool::BlocksForBudget(opt.kv_bytes, opt.block_size, spec.kv_dim(), opt.kv_dtype);
+  r.bytes_per_token = static_cast<int64_t>(r.kv_layers) * 2 *
+                      BlockPool::RowElems(spec.kv_dim(), opt.kv_dtype, spec.n_kv_heads) *
+                      static_cast<int64_t>(DTypeSize(opt.kv_dtype));
+  r.blocks = BlockPool::BlocksForBudget(opt.kv_bytes, opt.block_size, spec.kv_dim(), opt.kv_dtype,
+                                        spec.n_kv_heads);
   const int64_t len = opt.prompt + opt.output;
   r.blocks_per_sequence = kv->BlocksFor(opt.prompt, len);
   r.max_batch = static_cast<int32_t>(r.blocks / r.blocks_per_sequence);
@@ -128,7 +131,8 @@ Result<KvCapacityResult> MeasureKvCapacity(const Model& model, const KvCapacityO
   batches.push_back(r.max_batch);
   std::sort(batches.begin(), batches.end());
   batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
-  const size_t block_bytes = BlockPool::BytesPerBlock(opt.block_size, spec.kv_dim(), opt.kv_dtype);
+  const size_t block_bytes =
+      BlockPool::BytesPerBlock(opt.block_size, spec.kv_dim(), opt.kv_dtype, spec.n_kv_heads);
   for (int32_t b : batches) {
     DecodePoint p;
     p.batch = b;

@@ -13,11 +13,22 @@
 
 namespace fathom {
 
-enum class DType : uint8_t { kF32, kBF16, kF16 };
+// kI8 is a KV cache storage type only (int8 values with an f32 scale per row and head beside
+// them, kv/block_pool.h): no checkpoint tensor is read as it, and ConvertToF32 / ConvertFromF32
+// refuse it (its values mean nothing without their scales).
+enum class DType : uint8_t { kF32, kBF16, kF16, kI8 };
 
-inline size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
+inline size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : t == DType::kI8 ? 1 : 2; }
 
-// The safetensors spelling: "F32", "BF16", "F16".
+// int8 rows of the KV cache (DType::kI8): n values of `heads` heads (n / heads each) and then
+// `heads` f32 scales (unaligned), n + 4 * heads bytes. Head h's values x are stored as
+// round(x / s) (to nearest, ties to even) with s = max |x| / 127, so each is within s / 2 of
+// x; a head of zeros has s = 0 and stores zeros; a NaN or infinity makes its head's s NaN,
+// so the head reads back as NaN. Dequantize: value * s.
+void QuantizeI8Row(const float* src, int64_t n, int64_t heads, void* dst);
+void DequantizeI8Row(const void* src, int64_t n, int64_t heads, float* dst);
+
+// The safetensors spelling: "F32", "BF16", "F16" (and "I8", which no checkpoint is read as).
 std::string_view DTypeName(DType t);
 std::optional<DType> DTypeFromSafetensorsName(std::string_view name);
 // The CLI / config spelling: "f32", "bf16", "f16".

@@ -37,9 +37,10 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineO
   if (opt.prefill_budget < 1) return Status::Error("prefill budget: must be at least 1");
   FATHOM_RETURN_IF_ERROR(opt.budget.Validate());
   FATHOM_ASSIGN_OR_RETURN(int32_t depth, ResolveLoops(spec, opt.max_depth));
-  const int64_t blocks = opt.kv_bytes > 0
-                             ? BlockPool::BlocksForBudget(opt.kv_bytes, opt.block_size, spec.kv_dim(), opt.kv_dtype)
-                             : 4096;
+  const int64_t blocks =
+      opt.kv_bytes > 0 ? BlockPool::BlocksForBudget(opt.kv_bytes, opt.block_size, spec.kv_dim(),
+                                                    opt.kv_dtype, spec.n_kv_heads)
+                       : 4096;
   if (blocks < 1) return Status::Error("kv memory: " + std::to_string(opt.kv_bytes) + " bytes hold no block");
   FATHOM_ASSIGN_OR_RETURN(auto kv, MakeKvManager(spec, std::max(depth, 1), opt.layout, opt.shared_after,
                                                  blocks, opt.block_size, opt.kv_dtype));

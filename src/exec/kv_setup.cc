@@ -27,7 +27,8 @@ Result<std::unique_ptr<KvManager>> MakeKvManager(const ModelSpec& spec, int32_t 
                                                  DType kv_dtype) {
   FATHOM_ASSIGN_OR_RETURN(KvLayerTable table,
                           KvLayerTable::Build(KvShapeOf(spec, max_depth), layout, shared_after));
-  return std::make_unique<KvManager>(table, num_blocks, block_size, spec.kv_dim(), kv_dtype);
+  return std::make_unique<KvManager>(table, num_blocks, block_size, spec.kv_dim(), kv_dtype,
+                                     spec.n_kv_heads);
 }
 
 }  // namespace fathom

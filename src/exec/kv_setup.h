@@ -15,7 +15,7 @@ namespace fathom {
 KvModelShape KvShapeOf(const ModelSpec& spec, int32_t max_depth);
 
 // A KV manager with `num_blocks` blocks of `block_size` token rows (kv_dim values) of
-// `kv_dtype` (kF32 or kBF16).
+// `kv_dtype` (kF32, kBF16 or kI8: int8 with a scale per token and KV head).
 Result<std::unique_ptr<KvManager>> MakeKvManager(const ModelSpec& spec, int32_t max_depth,
                                                  KvLayout layout, int32_t shared_after,
                                                  int64_t num_blocks, int32_t block_size,

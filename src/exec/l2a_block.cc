@@ -153,8 +153,8 @@ void StageRunner::GatedBlock(int32_t layer, Rows rows, float* x) {
       sub.push_back(r);
     }
     const BlockPool& pool = kv_.pool();
-    const PagedKvView view{pool.k_data(), pool.v_data(), pool.block_stride(),
-                           pool.row_floats(), pool.block_size(), pool.dtype()};
+    const PagedKvView view{pool.k_data(),     pool.v_data(),     pool.block_stride(),
+                           pool.row_stride(), pool.block_size(), pool.dtype()};
     const AttentionShape shape{H, KVH, D, 1.f / std::sqrt(static_cast<float>(D))};
     PagedAttention(shape, view, sub.data(), a, st_.segs.data(), attention_grouping_);
 

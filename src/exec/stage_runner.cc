@@ -214,8 +214,8 @@ void StageRunner::Attend(int32_t layer, Rows rows) {
                    "layer " << layer << " (" << n << " rows) was not resolved: layers " << st_.att_first_layer
                             << " + " << st_.att_layers << ", " << st_.att_rows.size() << " row entries");
   const BlockPool& pool = kv_.pool();
-  const PagedKvView view{pool.k_data(), pool.v_data(), pool.block_stride(),
-                         pool.row_floats(), pool.block_size(), pool.dtype()};
+  const PagedKvView view{pool.k_data(),     pool.v_data(),     pool.block_stride(),
+                         pool.row_stride(), pool.block_size(), pool.dtype()};
   const AttentionShape shape{s_.n_heads, s_.n_kv_heads, s_.head_dim,
                              1.f / std::sqrt(static_cast<float>(s_.head_dim))};
   PagedAttention(shape, view, st_.att_rows.data() + (layer - st_.att_first_layer) * n, n,

@@ -6,7 +6,10 @@
 // softmax (keys a tile at a time through all the unit's heads): scores for all
 // keys, exp and sum, then the weighted sum of V. K/V elements are f32 or bf16 (template T =
 // float / uint16_t): bf16 is widened 8 (or 16) values at a time (zero-extend to 32 bits, shift
-// left 16: exact), so both read paths do the same f32 arithmetic.
+// left 16: exact), so both read paths do the same f32 arithmetic. int8 K/V (T = int8_t) are
+// widened the same way (sign-extend, convert: exact) and their scales, one per key row and KV
+// head, applied outside the dot products: each score times its key's K scale before the
+// softmax, each probability times its key's V scale before it weighs V (ApplyScales).
 //
 // Register blocking: scores for two query heads and four keys at a time (8 accumulators,
 // each key's lanes summed by one transposed reduction for the four keys instead of one
@@ -39,6 +42,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -95,8 +99,13 @@ inline __m256 Load8(const uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
+inline __m256 Load8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
 inline float Load1(const float* p) { return *p; }
 inline float Load1(const uint16_t* p) { return BF16ToF32(*p); }
+inline float Load1(const int8_t* p) { return static_cast<float>(*p); }
 
 template <typename T>
 const T* Elems(const void* p) {
@@ -255,7 +264,14 @@ FATHOM_TARGET_AVX512ROWS inline __m512 Load16(const uint16_t* p) {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
+FATHOM_TARGET_AVX512ROWS inline __m512 Load16(const int8_t* p) {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
 FATHOM_TARGET_AVX512ROWS inline __m512 Load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+FATHOM_TARGET_AVX512ROWS inline __m512 Load16(const int8_t* p, __mmask16 m) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
+}
 FATHOM_TARGET_AVX512ROWS inline __m512 Load16(const uint16_t* p, __mmask16 m) {
   const __m256i h = _mm256_maskz_loadu_epi16(m, p);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -446,14 +462,25 @@ bool UseAvx512Rows() {
   return internal::PagedAttentionAvx512RowsSupported() && g_rows16_enabled.load(std::memory_order_relaxed);
 }
 
+// int8 K/V: p[t] *= the scale of key t's row (K or V rows `rows`) for KV head `kvh`; a
+// row's scales are f32 at byte `scales_at` of it (n_kv_heads * head_dim), one per KV head.
+void ApplyScales(const void* const* rows, int64_t scales_at, int64_t kvh, int64_t n, float* p) {
+  for (int64_t t = 0; t < n; ++t) {
+    float sc;
+    std::memcpy(&sc, static_cast<const char*>(rows[t]) + scales_at + 4 * kvh, sizeof sc);
+    p[t] *= sc;
+  }
+}
+
 // softmax(scale * q k^T) v over the n gathered keys for the unit's heads (s.head_q,
 // s.head_out, by KV head in s.groups), with the leaves L (Leaves<kWide>). Keys go a tile at
 // a time through every KV head of the unit, so a tile's key rows are read whole (a unit of
 // all of a row's KV heads streams each block of the cache front to back, which the
 // hardware prefetchers follow; one KV head's slice of each row, 128-256 bytes every
-// row_stride, they did not).
+// row_stride, they did not). scales_at: int8 K/V only (T = int8_t), where a key row's
+// scales start (ApplyScales).
 template <typename T, typename L>
-void AttendGathered(int64_t hd, float scale, int64_t n, UnitScratch& s) {
+void AttendGathered(int64_t hd, float scale, int64_t n, int64_t scales_at, UnitScratch& s) {
   const auto nh = static_cast<int64_t>(s.head_q.size());
   if (n == 0) {
     for (float* o : s.head_out) std::fill_n(o, hd, 0.f);
@@ -485,7 +512,14 @@ void AttendGathered(int64_t hd, float scale, int64_t n, UnitScratch& s) {
         L::template Scores<T, NH>(q + h, s.k.data() + t0, g.off, nt, hd, scale, p);
       });
   }
+  const auto scale_heads = [&](const std::vector<const void*>& rows) {
+    for (const KvHeadHeads& g : s.groups)
+      for (int64_t h = g.first; h < g.first + g.count; ++h)
+        ApplyScales(rows.data(), scales_at, g.off / hd, n, pr[h]);
+  };
+  if constexpr (std::is_same_v<T, int8_t>) scale_heads(s.k);
   for (int64_t h = 0; h < nh; ++h) L::Softmax(pr[h], n);
+  if constexpr (std::is_same_v<T, int8_t>) scale_heads(s.v);
   for (int64_t t0 = 0; t0 < n; t0 += tile) {
     const int64_t nt = std::min(tile, n - t0);
     for (const KvHeadHeads& g : s.groups)
@@ -563,16 +597,19 @@ void AttendRowAs(const AttentionShape& s, const PagedKvView& kv, const PagedAtte
   }
   if (sc.head_q.empty()) return;  // every head pruned: the keys are not even gathered
   const int64_t n = GatherKeys<T>(kv, row, segments, sc);
+  const int64_t scales_at = s.n_kv_heads * hd;  // int8 rows: values, then scales
   if (UseAvx512Rows())
-    AttendGathered<T, Leaves<true>>(hd, s.scale, n, sc);
+    AttendGathered<T, Leaves<true>>(hd, s.scale, n, scales_at, sc);
   else
-    AttendGathered<T, Leaves<false>>(hd, s.scale, n, sc);
+    AttendGathered<T, Leaves<false>>(hd, s.scale, n, scales_at, sc);
 }
 
 void AttendRow(const AttentionShape& s, const PagedKvView& kv, const PagedAttentionRow& row,
                const KeySegment* segments, int64_t kvh_begin, int64_t kvh_end, int64_t group) {
   if (kv.dtype == DType::kBF16)
     AttendRowAs<uint16_t>(s, kv, row, segments, kvh_begin, kvh_end, group);
+  else if (kv.dtype == DType::kI8)
+    AttendRowAs<int8_t>(s, kv, row, segments, kvh_begin, kvh_end, group);
   else
     AttendRowAs<float>(s, kv, row, segments, kvh_begin, kvh_end, group);
 }
@@ -638,7 +675,7 @@ void RunUnits(const AttentionShape& s, const PagedKvView& kv, const PagedAttenti
 void CheckView(const AttentionShape& s, const PagedKvView& kv) {
   FATHOM_CHECK_MSG(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0,
                    "n_heads=" << s.n_heads << " n_kv_heads=" << s.n_kv_heads);
-  FATHOM_CHECK_MSG(kv.dtype == DType::kF32 || kv.dtype == DType::kBF16,
+  FATHOM_CHECK_MSG(kv.dtype == DType::kF32 || kv.dtype == DType::kBF16 || kv.dtype == DType::kI8,
                    "KV dtype " << DTypeName(kv.dtype));
 }
 
@@ -698,10 +735,21 @@ void PagedAttentionReference(const AttentionShape& s, const PagedKvView& kv,
                              const KeySegment* segments) {
   CheckView(s, kv);
   const int64_t group = s.n_heads / s.n_kv_heads, hd = s.head_dim;
-  const bool bf16 = kv.dtype == DType::kBF16;
-  // Element `at` of a K or V base as double (bf16 widened exactly).
-  const auto value = [bf16](const void* base, int64_t at) -> double {
-    return bf16 ? BF16ToF32(static_cast<const uint16_t*>(base)[at]) : static_cast<const float*>(base)[at];
+  // Element `at` of a K or V base as double (bf16 widened exactly); int8: times the scale of
+  // KV head kvh of the row starting at element `row` (values, then n_kv_heads f32 scales).
+  const auto value = [&](const void* base, int64_t row, int64_t kvh, int64_t at) -> double {
+    switch (kv.dtype) {
+      case DType::kBF16:
+        return BF16ToF32(static_cast<const uint16_t*>(base)[at]);
+      case DType::kI8: {
+        const auto* b = static_cast<const char*>(base);
+        float sc;
+        std::memcpy(&sc, b + row + s.n_kv_heads * hd + 4 * kvh, sizeof sc);
+        return static_cast<double>(static_cast<const int8_t*>(base)[at]) * sc;
+      }
+      default:
+        return static_cast<const float*>(base)[at];
+    }
   };
   for (int64_t i = 0; i < n_rows; ++i) {
     const PagedAttentionRow& r = rows[i];
@@ -710,14 +758,14 @@ void PagedAttentionReference(const AttentionShape& s, const PagedKvView& kv,
         std::fill_n(r.out + h * hd, hd, 0.f);
         continue;
       }
-      const int64_t off = (h / group) * hd;
+      const int64_t kvh = h / group, off = kvh * hd;
       std::vector<int64_t> keys;  // element offsets of the visible keys' rows
       for (int32_t j = r.seg_begin; j < r.seg_end; ++j) {
         const KeySegment& g = segments[j];
         for (int64_t p = g.begin; p < g.end; ++p) {
           if (g.key_steps && g.key_steps[p] <= g.min_step) continue;
           keys.push_back(g.block_table[p / kv.block_size] * kv.block_stride +
-                         (p % kv.block_size) * kv.row_stride + off);
+                         (p % kv.block_size) * kv.row_stride);
         }
       }
       std::vector<double> sc(keys.size());
@@ -725,14 +773,16 @@ void PagedAttentionReference(const AttentionShape& s, const PagedKvView& kv,
       for (size_t t = 0; t < keys.size(); ++t) {
         double dot = 0;
         for (int64_t d = 0; d < hd; ++d)
-          dot += static_cast<double>(r.q[h * hd + d]) * value(kv.k_base, keys[t] + d);
+          dot += static_cast<double>(r.q[h * hd + d]) *
+                 value(kv.k_base, keys[t], kvh, keys[t] + off + d);
         sc[t] = dot * s.scale;
         mx = std::max(mx, sc[t]);
       }
       for (double& x : sc) sum += x = std::exp(x - mx);
       for (int64_t d = 0; d < hd; ++d) {
         double acc = 0;
-        for (size_t t = 0; t < keys.size(); ++t) acc += sc[t] * value(kv.v_base, keys[t] + d);
+        for (size_t t = 0; t < keys.size(); ++t)
+          acc += sc[t] * value(kv.v_base, keys[t], kvh, keys[t] + off + d);
         r.out[h * hd + d] = keys.empty() ? 0.f : static_cast<float>(acc / sum);
       }
     }

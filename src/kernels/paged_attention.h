@@ -19,12 +19,15 @@ namespace fathom {
 // Where the pool's blocks live: block b's K rows start at k_base + b * block_stride
 // (elements of `dtype`), row t of a block at + t * row_stride; V likewise from v_base.
 // dtype kF32 or kBF16: bf16 K/V are widened to f32 as they are read (a 16-bit shift, exact),
-// and the arithmetic is f32 as for f32 K/V.
+// and the arithmetic is f32 as for f32 K/V. kI8: a row is n_kv_heads * head_dim int8 values
+// and then n_kv_heads f32 scales (kv/block_pool.h); the values are widened to f32 exactly, a
+// score is (q . k) * the attention scale * k's scale for its head, and a probability is
+// multiplied by v's scale before it weighs v (so the stored value is k_i * scale, v alike).
 struct PagedKvView {
   const void* k_base = nullptr;
   const void* v_base = nullptr;
   int64_t block_stride = 0;
-  int64_t row_stride = 0;  // n_kv_heads * head_dim
+  int64_t row_stride = 0;  // n_kv_heads * head_dim (+ 4 * n_kv_heads for kI8's scales)
   int32_t block_size = 16;
   DType dtype = DType::kF32;
 };

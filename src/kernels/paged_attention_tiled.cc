@@ -9,7 +9,9 @@
 // K values against the transposed queries Qt[d][q]; the online softmax (running max m[q],
 // sum l[q]) is elementwise across lanes; and acc^T[d][q] += V[t][d] * P^T[t][q] broadcasts
 // V values against the probabilities. K and V rows are read in place from the pool, as f32
-// or as bf16 widened to f32 when broadcast (template T = float / uint16_t).
+// or as bf16 widened to f32 when broadcast (template T = float / uint16_t), or as int8
+// (T = int8_t) converted exactly, with each key's K scale folded into its score's factor and
+// its V scale into its probabilities after their sum is taken.
 //
 // AVX-512F only (target attribute + a run-time check); without it PagedAttention keeps the
 // per-row AVX2 path.
@@ -18,7 +20,9 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -40,6 +44,7 @@ constexpr int64_t kChunk = 64;  // keys per chunk (S^T rows)
 
 inline float Load1(const float* p) { return *p; }
 inline float Load1(const uint16_t* p) { return BF16ToF32(*p); }
+inline float Load1(const int8_t* p) { return static_cast<float>(*p); }
 
 struct TileScratch {
   std::vector<float> qt;       // [hd][mp] transposed queries
@@ -51,6 +56,7 @@ struct TileScratch {
   const void* k[kChunk];  // rows of elements T
   const void* v[kChunk];
   int32_t pos[kChunk];
+  float k_scale[kChunk], v_scale[kChunk];  // int8 K/V: the keys' scales for the KV head
 };
 
 TileScratch& Scratch() {
@@ -126,6 +132,7 @@ FATHOM_TARGET_AVX512 void Chunk(TileScratch& sc, int64_t mp, int64_t hd, float s
   const int64_t q0 = 16 * qv0;
   float* s = sc.s.data() + q0;
   ScoresT<T, NQV>(sc.qt.data() + q0, mp, hd, sc.k, nk, s);
+  constexpr bool kInt8 = std::is_same_v<T, int8_t>;
   const __m512 vscale = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
   for (int w = 0; w < NQV; ++w) {
     const int64_t o = 16 * w;
@@ -134,7 +141,8 @@ FATHOM_TARGET_AVX512 void Chunk(TileScratch& sc, int64_t mp, int64_t hd, float s
     __m512 mx = m_old;
     for (int64_t t = 0; t < nk; ++t) {
       const __mmask16 vis = _mm512_cmpgt_epi32_mask(end, _mm512_set1_epi32(sc.pos[t]));
-      const __m512 x = _mm512_mask_mul_ps(ninf, vis, _mm512_loadu_ps(s + t * mp + o), vscale);
+      const __m512 f = kInt8 ? _mm512_set1_ps(scale * sc.k_scale[t]) : vscale;
+      const __m512 x = _mm512_mask_mul_ps(ninf, vis, _mm512_loadu_ps(s + t * mp + o), f);
       _mm512_storeu_ps(s + t * mp + o, x);
       mx = _mm512_max_ps(mx, x);
     }
@@ -144,7 +152,7 @@ FATHOM_TARGET_AVX512 void Chunk(TileScratch& sc, int64_t mp, int64_t hd, float s
     __m512 sum = _mm512_setzero_ps();
     for (int64_t t = 0; t < nk; ++t) {
       const __m512 e = Exp16(_mm512_sub_ps(_mm512_loadu_ps(s + t * mp + o), shift));
-      _mm512_storeu_ps(s + t * mp + o, e);
+      _mm512_storeu_ps(s + t * mp + o, kInt8 ? _mm512_mul_ps(e, _mm512_set1_ps(sc.v_scale[t])) : e);
       sum = _mm512_add_ps(sum, e);
     }
     const __m512 alpha = Exp16(_mm512_sub_ps(m_old, shift));
@@ -216,6 +224,7 @@ FATHOM_TARGET_AVX512 void TileAs(const AttentionShape& s, const PagedKvView& kv,
   std::fill_n(sc.m.data(), mp, -INFINITY);
   std::fill_n(sc.l.data(), mp, 0.f);
   const int64_t off = kvh * hd;
+  const int64_t scales_at = s.n_kv_heads * hd + 4 * kvh;  // int8: bytes from a row's start
   const int32_t n_segs = rows[0].seg_end - rows[0].seg_begin;
   for (int32_t j = 0; j < n_segs; ++j) {
     const KeySegment& g0 = segments[rows[0].seg_begin + j];
@@ -229,10 +238,14 @@ FATHOM_TARGET_AVX512 void TileAs(const AttentionShape& s, const PagedKvView& kv,
     int64_t nk = 0;
     for (int64_t p = g0.begin; p < last; ++p) {
       if (g0.key_steps && g0.key_steps[p] <= g0.min_step) continue;  // a hole
-      const int64_t at = g0.block_table[p / kv.block_size] * kv.block_stride +
-                         (p % kv.block_size) * kv.row_stride + off;
-      sc.k[nk] = static_cast<const T*>(kv.k_base) + at;
-      sc.v[nk] = static_cast<const T*>(kv.v_base) + at;
+      const int64_t row =
+          g0.block_table[p / kv.block_size] * kv.block_stride + (p % kv.block_size) * kv.row_stride;
+      sc.k[nk] = static_cast<const T*>(kv.k_base) + row + off;
+      sc.v[nk] = static_cast<const T*>(kv.v_base) + row + off;
+      if constexpr (std::is_same_v<T, int8_t>) {
+        std::memcpy(&sc.k_scale[nk], static_cast<const char*>(kv.k_base) + row + scales_at, 4);
+        std::memcpy(&sc.v_scale[nk], static_cast<const char*>(kv.v_base) + row + scales_at, 4);
+      }
       sc.pos[nk] = static_cast<int32_t>(p);
       if (++nk == kChunk) RunChunk<T>(sc, mp, hd, s.scale, nk, nqv), nk = 0;
     }
@@ -255,6 +268,8 @@ FATHOM_TARGET_AVX512 void PagedAttentionTile(const AttentionShape& s, const Page
                                              const KeySegment* segments, int64_t kvh) {
   if (kv.dtype == DType::kBF16)
     TileAs<uint16_t>(s, kv, rows, n_rows, segments, kvh);
+  else if (kv.dtype == DType::kI8)
+    TileAs<int8_t>(s, kv, rows, n_rows, segments, kvh);
   else
     TileAs<float>(s, kv, rows, n_rows, segments, kvh);
 }

@@ -4,7 +4,11 @@
 //   K [block_size, row_floats], then V [block_size, row_floats]
 // (row_floats = n_kv_heads * head_dim values per row) in the pool's element type: f32, or
 // bf16 (half the bytes, so a byte budget holds twice the blocks; rows are rounded to
-// nearest even when written). Blocks live in one 64-byte-aligned buffer; block b starts at
+// nearest even when written), or int8 (a quarter of f32's bytes, plus the scales): a row is
+// then [row_floats int8][heads f32 scales], head h's values x quantized symmetrically as
+// round(x / s) with s = max |x| / 127 over that head's head_dim values (per token and head,
+// so one outlier costs only its own head's row). Rows are row_stride() elements apart (the
+// scales included). Blocks live in one 64-byte-aligned buffer; block b starts at
 // k_data() + b * block_stride() (K) and v_data() + b * block_stride() (V), in elements, so
 // a kernel given block ids can address rows without calling the pool. Each half is padded
 // to 64 bytes (no padding when block_size * row_floats fills whole cache lines, e.g. the
@@ -26,7 +30,8 @@
 
 namespace fathom {
 
-// The KV dtypes' flag spelling ("f32", "bf16"), and its parse (nullopt for anything else).
+// The KV dtypes' flag spelling ("f32", "bf16", "int8"), and its parse (nullopt for anything
+// else).
 std::string_view KvDtypeName(DType t);
 std::optional<DType> ParseKvDtype(std::string_view name);
 
@@ -34,13 +39,19 @@ class BlockPool {
  public:
   static constexpr int32_t kDefaultBlockSize = 16;
 
-  // dtype: kF32 or kBF16 (the engine's EngineOptions::kv_dtype; f32 here so the storage
-  // tests stay in floats).
-  BlockPool(int64_t num_blocks, int32_t block_size, int64_t row_floats, DType dtype = DType::kF32);
+  // dtype: kF32, kBF16 or kI8 (the engine's EngineOptions::kv_dtype; f32 here so the
+  // storage tests stay in floats). heads: the KV heads a row holds (row_floats / heads values
+  // each), which only kI8 uses: one scale per head.
+  BlockPool(int64_t num_blocks, int32_t block_size, int64_t row_floats, DType dtype = DType::kF32,
+            int64_t heads = 1);
 
   // Bytes of one block (K and V, padding included), and how many blocks fit `bytes`.
-  static size_t BytesPerBlock(int32_t block_size, int64_t row_floats, DType dtype);
-  static int64_t BlocksForBudget(size_t bytes, int32_t block_size, int64_t row_floats, DType dtype);
+  static size_t BytesPerBlock(int32_t block_size, int64_t row_floats, DType dtype,
+                              int64_t heads = 1);
+  static int64_t BlocksForBudget(size_t bytes, int32_t block_size, int64_t row_floats, DType dtype,
+                                 int64_t heads = 1);
+  // Elements (of dtype) from one row to the next: row_floats, plus kI8's 4 * heads scale bytes.
+  static int64_t RowElems(int64_t row_floats, DType dtype, int64_t heads);
 
   // Appends n free block ids to *out, or returns false and changes nothing if fewer than
   // n are free.
@@ -53,6 +64,9 @@ class BlockPool {
   bool is_used(int32_t block) const;
   int32_t block_size() const { return block_size_; }
   int64_t row_floats() const { return row_floats_; }  // values per row, whatever the dtype
+  int64_t row_stride() const { return row_elems_; }   // elements from a row to the next
+  size_t row_bytes() const { return static_cast<size_t>(row_elems_) * DTypeSize(dtype_); }
+  int64_t heads() const { return heads_; }
   DType dtype() const { return dtype_; }
   size_t bytes_per_block() const { return static_cast<size_t>(stride_) * DTypeSize(dtype_); }
   size_t bytes_total() const { return static_cast<size_t>(num_blocks_) * bytes_per_block(); }
@@ -65,7 +79,7 @@ class BlockPool {
   int64_t block_stride() const { return stride_; }  // elements from one block to the next
 
   // Row t of a block's K (or V when `value`): stores row_floats values of src, rounded to
-  // the pool's dtype (src == nullptr: zeros); reads them back as f32.
+  // the pool's dtype, int8 with its scales (src == nullptr: zeros); reads them back as f32.
   void WriteRow(int32_t block, int32_t t, bool value, const float* src);
   void ReadRow(int32_t block, int32_t t, bool value, float* dst) const;
   // Copies K and V of row t_from of block `from` to row t_to of block `to`, bit for bit.
@@ -95,6 +109,8 @@ class BlockPool {
   int32_t block_size_;
   int64_t row_floats_;
   DType dtype_;
+  int64_t heads_;
+  int64_t row_elems_;  // row_stride()
   int64_t half_;    // elements of K (or V) of one block, padded to 64 bytes
   int64_t stride_;  // 2 * half_
   std::unique_ptr<std::byte[], AlignedDelete> data_;

@@ -7,8 +7,8 @@
 namespace fathom {
 
 KvManager::KvManager(const KvLayerTable& table, int64_t num_blocks, int32_t block_size,
-                     int64_t row_floats, DType dtype)
-    : table_(table), pool_(num_blocks, block_size, row_floats, dtype) {
+                     int64_t row_floats, DType dtype, int64_t heads)
+    : table_(table), pool_(num_blocks, block_size, row_floats, dtype, heads) {
   for (int32_t p = 0; p < table_.num_physical_layers(); ++p)
     ++layers_by_phase_[table_.StoresPhase(p, TokenPhase::kPrompt)][table_.StoresPhase(p, TokenPhase::kDecode)];
 }
@@ -151,8 +151,7 @@ void KvManager::CopyRow(SeqId s, int64_t pos, int32_t from_layer, int32_t to_lay
 }
 
 size_t KvManager::BytesPerToken(TokenPhase phase) const {
-  return static_cast<size_t>(table_.LayersPerToken(phase)) * 2 *
-         static_cast<size_t>(row_floats()) * DTypeSize(dtype());
+  return static_cast<size_t>(table_.LayersPerToken(phase)) * 2 * pool_.row_bytes();
 }
 
 }  // namespace fathom

@@ -29,10 +29,11 @@ class KvManager {
   using SeqId = int32_t;
 
   // num_blocks blocks of block_size rows of row_floats (= kv_dim) values each, stored as
-  // `dtype` (kF32 or kBF16). The table is copied. Use BlockPool::BlocksForBudget (same
-  // dtype) to size num_blocks from bytes.
-  KvManager(const KvLayerTable& table, int64_t num_blocks, int32_t block_size,
-            int64_t row_floats, DType dtype = DType::kF32);
+  // `dtype` (kF32, kBF16 or kI8, whose rows keep a scale for each of their `heads` KV heads).
+  // The table is copied. Use BlockPool::BlocksForBudget (same dtype and heads) to size
+  // num_blocks from bytes.
+  KvManager(const KvLayerTable& table, int64_t num_blocks, int32_t block_size, int64_t row_floats,
+            DType dtype = DType::kF32, int64_t heads = 1);
 
   // Registers a sequence whose first prompt_len positions are prompt tokens. Takes no
   // blocks yet. Ids are never reused. max_len, when the caller knows it (prompt +
@@ -70,9 +71,9 @@ class KvManager {
   // Copies K and V of position pos from one physical layer to another (for ExitCopies).
   void CopyRow(SeqId s, int64_t pos, int32_t from_layer, int32_t to_layer);
 
-  // Memory account. BytesPerToken = LayersPerToken(phase) * 2 * row_floats * (4 for f32,
-  // 2 for bf16): what one token adds asymptotically; bytes_* count whole blocks (padding
-  // included).
+  // Memory account. BytesPerToken = LayersPerToken(phase) * 2 * the pool's row_bytes()
+  // (row_floats x 4 for f32, x 2 for bf16, x 1 plus 4 per head for int8): what one token adds
+  // asymptotically; bytes_* count whole blocks (padding included).
   size_t BytesPerToken(TokenPhase phase) const;
   size_t bytes_total() const { return static_cast<size_t>(pool_.num_blocks()) * BlockBytes(); }
   size_t bytes_used() const { return static_cast<size_t>(pool_.num_used()) * BlockBytes(); }

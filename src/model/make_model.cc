@@ -71,6 +71,8 @@ const char* TorchDtype(DType t) {
     case DType::kF32: return "float32";
     case DType::kBF16: return "bfloat16";
     case DType::kF16: return "float16";
+    case DType::kI8:
+      return "int8";
   }
   return "?";
 }

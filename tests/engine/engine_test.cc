@@ -289,6 +289,48 @@ TEST(Engine, Bf16KvBudgetHoldsTwiceTheSequences) {
   EXPECT_EQ(running[1], 2 * running[0]);
 }
 
+// int8 K/V: a row is kv_dim bytes and a 4-byte scale per KV head (hand arithmetic here, not
+// the pool's), so a budget holds 4 kv_dim / (kv_dim + 4 n_kv_heads) times f32's blocks and
+// admits that many more requests; requests finish and free everything as in f32.
+TEST(Engine, Int8KvBudgetHoldsNearlyFourTimesTheSequences) {
+  const Model& m = TinyModel("llama");
+  const ModelSpec& s = m.spec();
+  ASSERT_EQ(s.kv_dim() % 4, 0);  // so 16 int8 rows fill whole 64-byte lines: no padding
+  const size_t f32_block = 2u * 16u * static_cast<size_t>(s.kv_dim()) * 4u;
+  const size_t int8_row = static_cast<size_t>(s.kv_dim() + 4 * s.n_kv_heads);
+  EngineOptions opt;
+  opt.kv_bytes = 8 * f32_block;
+  opt.width = 64;
+  const auto int8_blocks = static_cast<int64_t>(opt.kv_bytes / (2u * 16u * int8_row));
+  ASSERT_GT(int8_blocks, 16);  // more than bf16 would hold
+  int64_t running[2] = {0, 0};
+  for (const DType t : {DType::kF32, DType::kI8}) {
+    opt.kv_dtype = t;
+    auto e = Engine::Create(m, opt);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    EXPECT_EQ((*e)->kv().dtype(), t);
+    EXPECT_EQ((*e)->kv().pool().num_blocks(), t == DType::kF32 ? 8 : int8_blocks);
+    EXPECT_EQ((*e)->kv().BytesPerToken(TokenPhase::kDecode),
+              (*e)->kv().table().LayersPerToken(TokenPhase::kDecode) * 2u *
+                  (t == DType::kF32 ? static_cast<size_t>(s.kv_dim()) * 4u : int8_row));
+    for (int i = 0; i < 40; ++i) {
+      RequestSpec r;
+      r.prompt = {1 + i, 2, 3, 4, 5, 6, 7, 8};
+      r.max_tokens = 4;
+      r.stop_at_eos = false;
+      ASSERT_TRUE((*e)->AddRequest(r).ok());
+    }
+    ASSERT_TRUE((*e)->Step().ok());
+    running[t == DType::kI8] = (*e)->kv().num_sequences();
+    ASSERT_TRUE((*e)->RunToCompletion().ok());
+    EXPECT_EQ((*e)->kv().bytes_used(), 0u);
+  }
+  ASSERT_GT(running[0], 0);
+  ASSERT_EQ(8 % running[0], 0);
+  const int64_t blocks_per_request = 8 / running[0];
+  EXPECT_EQ(running[1], std::min<int64_t>(40, int8_blocks / blocks_per_request));
+}
+
 TEST(Engine, CancelFreesEverything) {
   const Model& m = TinyModel("huginn");
   EngineOptions opt;

@@ -1,9 +1,9 @@
 // PagedAttention against its scalar reference: rows of different sequences with shuffled
 // block tables, one or two key segments, hole masks, GQA ratios and odd head sizes; and
-// prefill-shaped calls, which take the tiled path where the CPU has it. Each with f32 and with
-// bf16 K/V: the kernel against the reference on the same (bf16-rounded) storage at the f32
-// tolerance, and the bf16 result against the f32 inputs' reference within the bound that
-// bf16 rounding of K and V implies (BoundForBf16Storage). A row's bits do not depend on the
+// prefill-shaped calls, which take the tiled path where the CPU has it. Each with f32, bf16
+// and int8 K/V: the kernel against the reference on the same (rounded or quantized) storage
+// at the f32 tolerance, and the bf16 / int8 result against the f32 inputs' reference within
+// the bound that rounding K and V implies (BoundForStorage). A row's bits do not depend on the
 // rows beside it, nor a head's on its pruned neighbours (head_keep), which also decide how
 // the kernel pairs heads.
 #include <gtest/gtest.h>
@@ -25,26 +25,59 @@ struct Case {
   int64_t n_heads, n_kv_heads, head_dim;
 };
 
-// The K/V a test attends to: f32 arrays and, for a bf16 view, their rounding.
+// int8 rows as PagedKvView's kI8 wants them: the values of `heads` heads, then their f32
+// scales; each head quantized symmetrically (scale = max |x| / 127, value = round(x / scale)).
+// Written here, not by kv/'s BlockPool, so that the kernel is tested against the format.
+std::vector<int8_t> QuantizeRows(const std::vector<float>& x, int64_t row, int64_t heads) {
+  const int64_t hd = row / heads, row8 = row + 4 * heads;
+  const auto n_rows = static_cast<int64_t>(x.size()) / row;
+  std::vector<int8_t> out(static_cast<size_t>(n_rows * row8));
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* src = x.data() + r * row + h * hd;
+      float amax = 0;
+      for (int64_t d = 0; d < hd; ++d) amax = std::max(amax, std::abs(src[d]));
+      const float s = amax / 127.f;
+      for (int64_t d = 0; d < hd; ++d)
+        out[static_cast<size_t>(r * row8 + h * hd + d)] =
+            static_cast<int8_t>(s > 0 ? std::lround(src[d] / s) : 0);
+      std::memcpy(out.data() + r * row8 + row + 4 * h, &s, sizeof s);
+    }
+  return out;
+}
+
+// The K/V a test attends to: f32 arrays and, for a bf16 or int8 view, their rounding. `heads`
+// (KV heads a row holds) only matters to int8, whose rows and blocks are longer (the scales).
 struct KvStore {
   std::vector<uint16_t> k16, v16;
-  PagedKvView View(const std::vector<float>& k, const std::vector<float>& v, int64_t stride, int64_t row,
-                   int32_t block, DType t) {
+  std::vector<int8_t> k8, v8;
+  PagedKvView View(const std::vector<float>& k, const std::vector<float>& v, int64_t stride,
+                   int64_t row, int32_t block, DType t, int64_t heads = 1) {
     if (t == DType::kF32) return {k.data(), v.data(), stride, row, block, t};
+    if (t == DType::kI8) {
+      k8 = QuantizeRows(k, row, heads), v8 = QuantizeRows(v, row, heads);
+      const int64_t row8 = row + 4 * heads;
+      return {k8.data(), v8.data(), stride / row * row8, row8, block, t};
+    }
     k16.resize(k.size()), v16.resize(v.size());
     for (size_t i = 0; i < k.size(); ++i) k16[i] = F32ToBF16(k[i]), v16[i] = F32ToBF16(v[i]);
     return {k16.data(), v16.data(), stride, row, block, t};
   }
 };
 
-// |out - exact| for softmax(scale q k^T) v when K and V are stored rounded to bf16 (each
-// element off by at most u = 2^-8 of itself, round to nearest with 8 significant bits):
-// every score moves by at most D = scale * u * max_{row,head} sum_d |q_d| * max |k|, so each
-// probability by a factor within e^{+-2D} and sum_t |p'_t - p_t| <= e^{2D} - 1; V's rounding
-// adds at most u * max|v|. Hence |o' - o| <= (e^{2D} - 1) * max|v| * (1 + u) + u * max|v|.
-double BoundForBf16Storage(const std::vector<float>& q, int64_t head_dim, float scale,
-                           const std::vector<float>& k, const std::vector<float>& v) {
-  const double u = std::ldexp(1.0, -8);
+// How far a stored element may be from the f32 one, relative to the largest |x| around:
+// bf16 rounds to nearest with 8 significant bits (u = 2^-8 of the element itself); int8 to
+// the nearest multiple of its head's max |x| / 127 (half of that: 1/254 of the max).
+double StorageUnit(DType t) { return t == DType::kI8 ? 1.0 / 254 : std::ldexp(1.0, -8); }
+
+// |out - exact| for softmax(scale q k^T) v when K and V are stored with each element off by
+// at most u * max |k| (u * max |v| for V): every score moves by at most
+// D = scale * u * max_{row,head} sum_d |q_d| * max |k|, so each probability by a factor within
+// e^{+-2D} and sum_t |p'_t - p_t| <= e^{2D} - 1; V's rounding adds at most u * max|v|. Hence
+// |o' - o| <= (e^{2D} - 1) * max|v| * (1 + u) + u * max|v|.
+double BoundForStorage(DType t, const std::vector<float>& q, int64_t head_dim, float scale,
+                       const std::vector<float>& k, const std::vector<float>& v) {
+  const double u = StorageUnit(t);
   double q1 = 0, kmax = 0, vmax = 0;
   for (size_t h = 0; h + static_cast<size_t>(head_dim) <= q.size(); h += static_cast<size_t>(head_dim)) {
     double s = 0;
@@ -72,7 +105,7 @@ void RunCase(const Case& c, uint32_t seed, DType kv_dtype) {
   for (float& x : k) x = u(rng);
   for (float& x : v) x = u(rng);
   KvStore store;
-  const PagedKvView view = store.View(k, v, stride, row, block, kv_dtype);
+  const PagedKvView view = store.View(k, v, stride, row, block, kv_dtype, c.n_kv_heads);
 
   // Three block tables of 60 blocks each (random disjoint blocks); per-position step counts.
   std::vector<int32_t> perm(n_blocks);
@@ -116,14 +149,15 @@ void RunCase(const Case& c, uint32_t seed, DType kv_dtype) {
   }
   EXPECT_LE(max_diff, 1e-5 * max_ref) << "heads " << c.n_heads << "/" << c.n_kv_heads << " dim " << c.head_dim
                                       << " " << DTypeName(kv_dtype);
-  if (kv_dtype == DType::kBF16) {
-    // Against the exact attention of the unrounded f32 K/V: within the bf16 storage bound,
-    // and visibly not f32 (so the bf16 bytes were what the kernel read).
+  if (kv_dtype != DType::kF32) {
+    // Against the exact attention of the unrounded f32 K/V: within the storage bound, and
+    // visibly not f32 (so the bf16 or int8 bytes were what the kernel read).
     std::vector<float> exact(q.size());
     for (PagedAttentionRow& r : rows) r.out = exact.data() + (r.out - ref.data());
     PagedAttentionReference(shape, {k.data(), v.data(), stride, row, block}, rows.data(), n_rows, segs.data());
     const double err = MaxAbsDiff(out, exact);
-    EXPECT_LE(err, BoundForBf16Storage(q, c.head_dim, shape.scale, k, v)) << c.n_heads << " " << c.head_dim;
+    EXPECT_LE(err, BoundForStorage(kv_dtype, q, c.head_dim, shape.scale, k, v))
+        << c.n_heads << " " << c.head_dim;
     EXPECT_GT(err, 1e-5 * max_ref);
   }
   // Each row alone gives the bits it had in the batch.
@@ -182,6 +216,8 @@ TEST(PagedAttentionTest, MatchesReference) { RunRowCases(DType::kF32); }
 
 TEST(PagedAttentionTest, Bf16KvMatchesReference) { RunRowCases(DType::kBF16); }
 
+TEST(PagedAttentionTest, Int8KvMatchesReference) { RunRowCases(DType::kI8); }
+
 // The two widths are different kernels: on a CPU that has both, they agree to f32 rounding,
 // not bit for bit (so a test of one is not silently a test of the other).
 TEST(PagedAttentionTest, SixteenLanesAreADifferentKernelThanEight) {
@@ -223,7 +259,7 @@ void RunPrefillCase(const Case& c, uint32_t seed, RowGrouping grouping, DType kv
   for (float& x : k) x = 2.f * u(rng);
   for (float& x : v) x = u(rng);
   KvStore store;
-  const PagedKvView view = store.View(k, v, stride, row, block, kv_dtype);
+  const PagedKvView view = store.View(k, v, stride, row, block, kv_dtype, c.n_kv_heads);
   std::vector<int32_t> perm(n_blocks);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
@@ -291,11 +327,12 @@ void RunPrefillCase(const Case& c, uint32_t seed, RowGrouping grouping, DType kv
   }
   EXPECT_LE(max_diff, 1e-5 * max_ref) << "heads " << c.n_heads << "/" << c.n_kv_heads << " dim "
                                       << c.head_dim << " tiles " << tiles << " " << DTypeName(kv_dtype);
-  if (kv_dtype == DType::kBF16) {
+  if (kv_dtype != DType::kF32) {
     std::vector<float> exact(q.size());
     for (int64_t i = 0; i < n_rows; ++i) rows[static_cast<size_t>(i)].out = exact.data() + i * qd;
     PagedAttentionReference(shape, {k.data(), v.data(), stride, row, block}, rows.data(), n_rows, segs.data());
-    EXPECT_LE(MaxAbsDiff(out, exact), BoundForBf16Storage(q, c.head_dim, shape.scale, k, v)) << c.head_dim;
+    EXPECT_LE(MaxAbsDiff(out, exact), BoundForStorage(kv_dtype, q, c.head_dim, shape.scale, k, v))
+        << c.head_dim;
   }
   // Kind-3 rows at positions below 150 see no key: exactly zero.
   int64_t first = 0;
@@ -325,6 +362,20 @@ TEST(PagedAttentionTest, Bf16KvPrefillRunsMatchReference) {
   for (const Case& c : cases) {
     RunPrefillCase(c, seed, RowGrouping::kTiles, DType::kBF16);
     RunPrefillCase(c, seed++, RowGrouping::kRowByRow, DType::kBF16);
+  }
+}
+
+// int8 K/V through the tiled path and row by row: the scales are applied per key there too.
+TEST(PagedAttentionTest, Int8KvPrefillRunsMatchReference) {
+  if (!internal::PagedAttentionTilesSupported())
+    std::printf(
+        "note: no AVX-512F here: the int8 tiled path is not exercised, only the per-row one\n");
+  const std::vector<Case> cases = {{8, 8, 64}, {8, 2, 24}, {32, 4, 64},  {16, 16, 128},
+                                   {6, 3, 40}, {4, 1, 7},  {12, 12, 96}, {64, 1, 32}};
+  uint32_t seed = 200;
+  for (const Case& c : cases) {
+    RunPrefillCase(c, seed, RowGrouping::kTiles, DType::kI8);
+    RunPrefillCase(c, seed++, RowGrouping::kRowByRow, DType::kI8);
   }
 }
 

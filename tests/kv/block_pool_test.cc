@@ -1,5 +1,5 @@
-// BlockPool: sizing (f32 and bf16), alignment, all-or-nothing allocation, double-free
-// detection, bf16 rows rounded to nearest even.
+// BlockPool: sizing (f32, bf16 and int8), alignment, all-or-nothing allocation, double-free
+// detection, bf16 rows rounded to nearest even, int8 rows quantized per head with their scales.
 #include "kv/block_pool.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <set>
 #include <vector>
@@ -73,6 +74,77 @@ TEST(BlockPool, Bf16RowsRoundToNearestEvenAndCopyExactly) {
   // The bytes are bf16: two per value, the top half of the f32 rounded.
   const auto* raw = static_cast<const uint16_t*>(pool.k_data()) + 2 * pool.block_stride() + kDim;
   EXPECT_EQ(raw[1], F32ToBF16(src[1]));
+}
+
+// int8: [row_floats int8][heads f32 scales] per row; each head's values rounded to the
+// nearest multiple of its max |x| / 127 (checked here by hand, element by element).
+TEST(BlockPool, Int8RowsQuantizePerHeadWithTheirScales) {
+  constexpr int32_t kRows = 3;
+  constexpr int64_t kHeads = 2, kHd = 24, kDim = kHeads * kHd;
+  // Sizes: 3 rows x (48 + 8) bytes = 168 per half, padded to 192.
+  EXPECT_EQ(BlockPool::RowElems(kDim, DType::kI8, kHeads), kDim + 4 * kHeads);
+  EXPECT_EQ(BlockPool::BytesPerBlock(kRows, kDim, DType::kI8, kHeads), 2u * 192u);
+  EXPECT_EQ(BlockPool::BytesPerBlock(16, 128, DType::kI8, 2), 2u * 16u * (128u + 8u));
+  EXPECT_EQ(BlockPool::BlocksForBudget(1 << 20, 16, 128, DType::kI8, 2),
+            (1 << 20) / (2 * 16 * 136));
+  BlockPool pool(4, kRows, kDim, DType::kI8, kHeads);
+  EXPECT_EQ(pool.row_stride(), kDim + 4 * kHeads);
+  EXPECT_EQ(pool.block_stride(), 2 * 192);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> dist(0.f, 3.f);
+  std::vector<float> src(kDim), got(kDim);
+  for (float& x : src) x = dist(rng);
+  src[5] = 40.f;     // head 0's max: its step 40/127
+  src[kHd] = -0.5f;  // head 1 stays small: its own, finer step
+  for (int64_t d = kHd + 1; d < kDim; ++d) src[static_cast<size_t>(d)] *= 0.1f;
+  pool.WriteRow(1, 2, false, src.data());
+  pool.ReadRow(1, 2, false, got.data());
+  const auto* raw =
+      static_cast<const int8_t*>(pool.k_data()) + pool.block_stride() + 2 * pool.row_stride();
+  for (int64_t h = 0; h < kHeads; ++h) {
+    float amax = 0;
+    for (int64_t d = 0; d < kHd; ++d)
+      amax = std::max(amax, std::abs(src[static_cast<size_t>(h * kHd + d)]));
+    float scale;
+    std::memcpy(&scale, raw + kDim + 4 * h, sizeof scale);
+    EXPECT_EQ(scale, amax / 127.f) << h;
+    for (int64_t d = 0; d < kHd; ++d) {
+      const auto i = static_cast<size_t>(h * kHd + d);
+      EXPECT_EQ(raw[i], static_cast<int8_t>(std::nearbyint(src[i] / scale))) << i;
+      EXPECT_EQ(got[i], static_cast<float>(raw[i]) * scale) << i;
+      EXPECT_LE(std::abs(got[i] - src[i]), amax / 254.f * 1.0001f) << i;
+    }
+  }
+  EXPECT_EQ(raw[5], 127);
+  // Copies are bit for bit (values and scales); zeros read back as +0.
+  std::vector<float> other(kDim), k(kDim), v(kDim);
+  for (float& x : other) x = dist(rng);
+  pool.WriteRow(1, 2, true, other.data());
+  pool.CopyRow(1, 2, 3, 0);
+  pool.ReadRow(3, 0, false, k.data());
+  pool.ReadRow(3, 0, true, v.data());
+  EXPECT_EQ(k, got);
+  pool.ReadRow(1, 2, true, got.data());
+  EXPECT_EQ(v, got);
+  pool.WriteRow(3, 0, true, nullptr);
+  pool.ReadRow(3, 0, true, v.data());
+  EXPECT_TRUE(
+      std::all_of(v.begin(), v.end(), [](float x) { return x == 0.f && !std::signbit(x); }));
+  // A row of zeros quantizes to zeros (scale 0, no division by it); a NaN reads back as NaN
+  // in its head only.
+  std::vector<float> zeros(kDim, 0.f);
+  pool.WriteRow(0, 0, false, zeros.data());
+  pool.ReadRow(0, 0, false, k.data());
+  EXPECT_TRUE(std::all_of(k.begin(), k.end(), [](float x) { return x == 0.f; }));
+  src[3] = std::nanf("");
+  pool.WriteRow(0, 1, false, src.data());
+  pool.ReadRow(0, 1, false, k.data());
+  EXPECT_TRUE(std::all_of(k.begin(), k.begin() + kHd, [](float x) { return std::isnan(x); }));
+  EXPECT_TRUE(std::none_of(k.begin() + kHd, k.end(), [](float x) { return std::isnan(x); }));
+}
+
+TEST(BlockPoolDeathTest, Int8RowsMustSplitIntoWholeHeads) {
+  EXPECT_DEATH(BlockPool(2, 16, 10, DType::kI8, 3), "not a multiple of heads");
 }
 
 TEST(BlockPoolDeathTest, FloatAccessToABf16PoolFails) {

@@ -191,7 +191,7 @@ TEST_P(BatchInvarianceTest, BatchedStagesEqualItemsAlone) {
 }
 
 // With batch-invariant matmuls (LoadOptions::batch_invariant) and every other kernel per
-// row, batched stages give every item exactly its outputs alone, in f32 and in bf16 K/V.
+// row, batched stages give every item exactly its outputs alone, in f32, bf16 and int8 K/V.
 TEST_P(BatchInvarianceTest, BatchInvariantMatmulsMakeThemEqualBitForBit) {
   const auto& [family, layout] = GetParam();
   TempDir dir;
@@ -200,6 +200,7 @@ TEST_P(BatchInvarianceTest, BatchInvariantMatmulsMakeThemEqualBitForBit) {
   ASSERT_TRUE(m.ok()) << m.status().message();
   for (uint64_t seed : {1u, 2u}) RunScenario(**m, layout, seed, DType::kF32, 0.0);
   RunScenario(**m, layout, 3, DType::kBF16, 0.0);
+  RunScenario(**m, layout, 4, DType::kI8, 0.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(

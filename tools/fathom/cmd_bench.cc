@@ -293,16 +293,19 @@ int RunBenchStepLatency(const std::vector<std::string>& args) {
   int64_t threads = 2, reps = 5, kv_gb = 8;
   bool json = false, fit = false;
   EngineFlags engine{kFlagKvDtype};
-  FlagSet flags("fathom bench step-latency",
-                "fathom bench step-latency --model DIR [--batch 1,2,4,...,64] [--context 128,512,2048]\n"
-                "                          [--kv-gb 8] [--reps 5] [--threads 2] [--kv-dtype bf16|f32] [--fit] [--json]",
-                "Latency of one core (loop) step over a batch of decode tokens at each context\n"
-                "length: the median of --reps runs. Configurations whose KV cache (one loop\n"
-                "step's layers, in --kv-dtype) exceeds --kv-gb are skipped and reported as such. --fit: least\n"
-                "squares of t = delta + gamma N_b + alpha_kv N_c over the measured points (N_b the\n"
-                "batch, N_c = N_b x context the KV tokens read) and the saturation batch per context,\n"
-                "B*(c) = delta / (gamma + alpha_kv c) (B* = delta / gamma at c = 0), plus a separate\n"
-                "fit t = delta_c + gamma_c N_b per context with B* = delta_c / gamma_c.");
+  FlagSet flags(
+      "fathom bench step-latency",
+      "fathom bench step-latency --model DIR [--batch 1,2,4,...,64] [--context 128,512,2048]\n"
+      "                          [--kv-gb 8] [--reps 5] [--threads 2] [--kv-dtype bf16|int8|f32] "
+      "[--fit] [--json]",
+      "Latency of one core (loop) step over a batch of decode tokens at each context\n"
+      "length: the median of --reps runs. Configurations whose KV cache (one loop\n"
+      "step's layers, in --kv-dtype) exceeds --kv-gb are skipped and reported as such. --fit: "
+      "least\n"
+      "squares of t = delta + gamma N_b + alpha_kv N_c over the measured points (N_b the\n"
+      "batch, N_c = N_b x context the KV tokens read) and the saturation batch per context,\n"
+      "B*(c) = delta / (gamma + alpha_kv c) (B* = delta / gamma at c = 0), plus a separate\n"
+      "fit t = delta_c + gamma_c N_b per context with B* = delta_c / gamma_c.");
   flags.String("--model", &model_dir, "Hugging Face model directory of a looped model");
   flags.String("--batch", &batch_text, "comma-separated batch sizes");
   flags.String("--context", &ctx_text, "comma-separated context lengths");

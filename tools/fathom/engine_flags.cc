@@ -93,13 +93,17 @@ Result<EngineOptions> EngineFlags::Options() const {
 }
 
 void DeclareKvDtype(FlagSet& flags, std::string* name) {
-  flags.String("--kv-dtype", name,
-               "K/V cache storage: bf16 (half the bytes per token) or f32 (exact) (default " + *name + ")");
+  flags.String(
+      "--kv-dtype", name,
+      "K/V cache storage: bf16, int8 or f32 (default " + *name +
+          ")\n"
+          "      bf16: half of f32's bytes per token; int8: a quarter, plus a 4-byte scale per\n"
+          "      token and KV head (quantized per head: docs/QUALITY.md); f32: exact");
 }
 
 Result<DType> ParseKvDtypeFlag(const std::string& name) {
   const std::optional<DType> t = ParseKvDtype(name);
-  if (!t) return Status::Error("--kv-dtype: '" + name + "' is not bf16 or f32");
+  if (!t) return Status::Error("--kv-dtype: '" + name + "' is not bf16, int8 or f32");
   return *t;
 }
 

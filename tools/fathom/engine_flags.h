@@ -27,19 +27,19 @@ namespace fathom::cli {
 
 // One bit per engine option; the flag and the EngineOptions field it sets.
 enum EngineFlag : uint32_t {
-  kFlagScheduler = 1u << 0,      // --scheduler NAME       mode
-  kFlagLayout = 1u << 1,         // --layout NAME          layout
-  kFlagSharedAfter = 1u << 2,    // --shared-after S       shared_after (first-then-shared)
-  kFlagWidth = 1u << 3,          // --width W              width
-  kFlagK = 1u << 4,              // --k K                  min_coda
-  kFlagFlushSteps = 1u << 5,     // --flush-steps N        flush_steps
-  kFlagPrefillBudget = 1u << 6,  // --prefill-budget N     prefill_budget
-  kFlagMaxDepth = 1u << 7,       // --max-depth R          max_depth
-  kFlagKvBytes = 1u << 8,        // --kv-memory BYTES      kv_bytes
-  kFlagKvMib = 1u << 9,          // --kv-mb N              kv_bytes = N MiB
-  kFlagBlockSize = 1u << 10,     // --block-size N         block_size
-  kFlagLookahead = 1u << 11,     // --lookahead            lookahead
-  kFlagKvDtype = 1u << 12,       // --kv-dtype bf16|f32    kv_dtype
+  kFlagScheduler = 1u << 0,         // --scheduler NAME       mode
+  kFlagLayout = 1u << 1,            // --layout NAME          layout
+  kFlagSharedAfter = 1u << 2,       // --shared-after S       shared_after (first-then-shared)
+  kFlagWidth = 1u << 3,             // --width W              width
+  kFlagK = 1u << 4,                 // --k K                  min_coda
+  kFlagFlushSteps = 1u << 5,        // --flush-steps N        flush_steps
+  kFlagPrefillBudget = 1u << 6,     // --prefill-budget N     prefill_budget
+  kFlagMaxDepth = 1u << 7,          // --max-depth R          max_depth
+  kFlagKvBytes = 1u << 8,           // --kv-memory BYTES      kv_bytes
+  kFlagKvMib = 1u << 9,             // --kv-mb N              kv_bytes = N MiB
+  kFlagBlockSize = 1u << 10,        // --block-size N         block_size
+  kFlagLookahead = 1u << 11,        // --lookahead            lookahead
+  kFlagKvDtype = 1u << 12,          // --kv-dtype TYPE        kv_dtype (bf16, int8, f32)
   kFlagAdaptiveThreads = 1u << 13,  // --adaptive-threads  adaptive_threads
   kFlagBudgetPrompts = 1u << 14,    // --budget-prompts    budget_prompts
 };
