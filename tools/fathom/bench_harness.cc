@@ -117,8 +117,8 @@ Result<StepLatency> MeasureCoreStep(const Model& model, int32_t batch, int64_t c
   FATHOM_ASSIGN_OR_RETURN(KvLayerTable table, KvLayerTable::Build(KvShapeOf(spec, 1), KvLayout::kLastExited, 1));
   const int32_t block = 16;
   const int64_t per_seq = table.num_physical_layers() * ((context + 1 + block - 1) / block);
-  const size_t bytes =
-      static_cast<size_t>(per_seq * batch) * BlockPool::BytesPerBlock(block, spec.kv_dim(), kv_dtype);
+  const size_t bytes = static_cast<size_t>(per_seq * batch) *
+                       BlockPool::BytesPerBlock(block, spec.kv_dim(), kv_dtype, spec.n_kv_heads);
   res.kv_gb = static_cast<double>(bytes) / 1e9;
   if (bytes > kv_budget_bytes) {
     res.skipped = true;

@@ -1,18 +1,18 @@
 #include <algorithm>
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
+#include "bench/roofline.h"
+#include "bench/speedup.h"
 #include "bench_commands.h"
 #include "bench_harness.h"
 #include "commands.h"
-#include "bench/roofline.h"
-#include "bench/speedup.h"
 #include "core/bandwidth.h"
 #include "core/compute_peak.h"
-#include "exec/generate.h"
 #include "engine_flags.h"
+#include "exec/generate.h"
 #include "flags.h"
+#include "kv/block_pool.h"
 
 namespace fathom::cli {
 namespace {
@@ -98,7 +98,11 @@ void PrintDecode(const Model& m, const DecodeArgs& a, const DecodeRuns& runs, in
   const ComputePeak peak = runs.peak();
   const Arithmetic layer_arith = ArithmeticOf(m.weights().layers.front().gate_up);
   const Arithmetic head_arith = ArithmeticOf(m.weights().lm_head);
-  const double kv_value_bytes = static_cast<double>(DTypeSize(o.kv_dtype));
+  // Bytes per stored K or V value, int8's per-head scales spread over the values.
+  const int64_t kv_dim = m.spec().kv_dim();
+  const double kv_value_bytes =
+      static_cast<double>(BlockPool::RowElems(kv_dim, o.kv_dtype, m.spec().n_kv_heads)) *
+      static_cast<double>(DTypeSize(o.kv_dtype)) / static_cast<double>(kv_dim);
   // Decode token g (0-based) sits at position prompt + g and attends prompt + g + 1 positions.
   const double context = static_cast<double>(a.prompt) + static_cast<double>(a.gen + 1) / 2;
   nlohmann::json rows = nlohmann::json::array();
