@@ -351,32 +351,27 @@ TEST(PagedAttentionTest, PrefillRunsMatchReference) {
   }
 }
 
-// The tiled path (AVX-512F) reads bf16 K/V too; where the CPU lacks AVX-512F both calls
-// take the per-row path.
-TEST(PagedAttentionTest, Bf16KvPrefillRunsMatchReference) {
+// The tiled path (AVX-512F) reads bf16 and int8 K/V too (int8: the scales applied per key
+// there as well); where the CPU lacks AVX-512F both calls take the per-row path.
+void RunStoredPrefillCases(DType kv_dtype, uint32_t seed) {
   if (!internal::PagedAttentionTilesSupported())
-    std::printf("note: no AVX-512F here: the bf16 tiled path is not exercised, only the per-row one\n");
-  const std::vector<Case> cases = {{8, 8, 64}, {8, 2, 24}, {32, 4, 64}, {16, 16, 128},
+    std::printf(
+        "note: no AVX-512F here: the %s tiled path is not exercised, only the per-row one\n",
+        DTypeName(kv_dtype).data());
+  const std::vector<Case> cases = {{8, 8, 64}, {8, 2, 24}, {32, 4, 64},  {16, 16, 128},
                                    {6, 3, 40}, {4, 1, 7},  {12, 12, 96}, {64, 1, 32}};
-  uint32_t seed = 100;
   for (const Case& c : cases) {
-    RunPrefillCase(c, seed, RowGrouping::kTiles, DType::kBF16);
-    RunPrefillCase(c, seed++, RowGrouping::kRowByRow, DType::kBF16);
+    RunPrefillCase(c, seed, RowGrouping::kTiles, kv_dtype);
+    RunPrefillCase(c, seed++, RowGrouping::kRowByRow, kv_dtype);
   }
 }
 
-// int8 K/V through the tiled path and row by row: the scales are applied per key there too.
+TEST(PagedAttentionTest, Bf16KvPrefillRunsMatchReference) {
+  RunStoredPrefillCases(DType::kBF16, 100);
+}
+
 TEST(PagedAttentionTest, Int8KvPrefillRunsMatchReference) {
-  if (!internal::PagedAttentionTilesSupported())
-    std::printf(
-        "note: no AVX-512F here: the int8 tiled path is not exercised, only the per-row one\n");
-  const std::vector<Case> cases = {{8, 8, 64}, {8, 2, 24}, {32, 4, 64},  {16, 16, 128},
-                                   {6, 3, 40}, {4, 1, 7},  {12, 12, 96}, {64, 1, 32}};
-  uint32_t seed = 200;
-  for (const Case& c : cases) {
-    RunPrefillCase(c, seed, RowGrouping::kTiles, DType::kI8);
-    RunPrefillCase(c, seed++, RowGrouping::kRowByRow, DType::kI8);
-  }
+  RunStoredPrefillCases(DType::kI8, 200);
 }
 
 TEST(PagedAttentionTest, RowWithNoVisibleKeyIsZero) {

@@ -246,29 +246,42 @@ std::string KvCaseName(const ::testing::TestParamInfo<KvCase>& p) {
   return std::string(p.param.family) + "_loops" + std::to_string(p.param.loops);
 }
 
-class Bf16KvReferenceTest : public ::testing::TestWithParam<KvCase> {};
+// A family's logits with K/V stored as `t` and as f32, each against the PyTorch reference;
+// `attentions`: the attention evaluations on a token's path (prelude + loops x core + coda).
+struct StoredKvRun {
+  double err = 0, err_f32 = 0;
+  int64_t attentions = 0;
+};
 
-TEST_P(Bf16KvReferenceTest, LogitsWithinTheBf16StorageBound) {
-  const KvCase& c = GetParam();
+void RunStoredKv(const KvCase& c, DType t, StoredKvRun* out) {
   TempDir dir;
   testing::MakeTinyModel(c.family, dir / "model", DType::kF32);
   auto m = Load(dir / "model");
   ASSERT_TRUE(m);
   testing::RunReference(dir / "model", kPrompt, c.loops, dir.path());
   const auto ref = ReadF32File(dir / "logits.f32");
-  Fathom exact, bf16;
+  Fathom exact, stored;
   exact.Run(*m, kPrompt, c.loops, DType::kF32);
-  bf16.Run(*m, kPrompt, c.loops, DType::kBF16);
+  stored.Run(*m, kPrompt, c.loops, t);
   const ModelSpec& s = m->spec();
   const int32_t loops = s.loop.looped ? c.loops : 0;
-  const int64_t attentions = s.n_prelude + int64_t{loops} * s.n_core + s.n_coda;
-  const double tol = std::ldexp(1.0, -8) * static_cast<double>(attentions);
-  const double err = RelativeError(bf16.out.logits, ref), err_f32 = RelativeError(exact.out.logits, ref);
-  std::printf("%s loops %d: %lld attentions, bf16 KV %.3g (tolerance %.3g), f32 KV %.3g\n", c.family, c.loops,
-              static_cast<long long>(attentions), err, tol, err_f32);
-  EXPECT_LE(err, tol);
-  EXPECT_LE(err_f32, 1e-4);
-  EXPECT_GT(err, err_f32);
+  out->attentions = s.n_prelude + int64_t{loops} * s.n_core + s.n_coda;
+  out->err = RelativeError(stored.out.logits, ref);
+  out->err_f32 = RelativeError(exact.out.logits, ref);
+}
+
+class Bf16KvReferenceTest : public ::testing::TestWithParam<KvCase> {};
+
+TEST_P(Bf16KvReferenceTest, LogitsWithinTheBf16StorageBound) {
+  const KvCase& c = GetParam();
+  StoredKvRun r;
+  ASSERT_NO_FATAL_FAILURE(RunStoredKv(c, DType::kBF16, &r));
+  const double tol = std::ldexp(1.0, -8) * static_cast<double>(r.attentions);
+  std::printf("%s loops %d: %lld attentions, bf16 KV %.3g (tolerance %.3g), f32 KV %.3g\n",
+              c.family, c.loops, static_cast<long long>(r.attentions), r.err, tol, r.err_f32);
+  EXPECT_LE(r.err, tol);
+  EXPECT_LE(r.err_f32, 1e-4);
+  EXPECT_GT(r.err, r.err_f32);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Bf16KvReferenceTest,
@@ -291,29 +304,14 @@ class Int8KvReferenceTest : public ::testing::TestWithParam<KvCase> {};
 
 TEST_P(Int8KvReferenceTest, LogitsWithinTheInt8StorageBound) {
   const KvCase& c = GetParam();
-  TempDir dir;
-  testing::MakeTinyModel(c.family, dir / "model", DType::kF32);
-  auto m = Load(dir / "model");
-  ASSERT_TRUE(m);
-  testing::RunReference(dir / "model", kPrompt, c.loops, dir.path());
-  const auto ref = ReadF32File(dir / "logits.f32");
-  Fathom exact, int8, bf16;
-  exact.Run(*m, kPrompt, c.loops, DType::kF32);
-  int8.Run(*m, kPrompt, c.loops, DType::kI8);
-  bf16.Run(*m, kPrompt, c.loops, DType::kBF16);
-  const ModelSpec& s = m->spec();
-  const int32_t loops = s.loop.looped ? c.loops : 0;
-  const int64_t attentions = s.n_prelude + int64_t{loops} * s.n_core + s.n_coda;
-  const double tol = 4.0 / 254 * static_cast<double>(attentions);
-  const double err = RelativeError(int8.out.logits, ref),
-               err_f32 = RelativeError(exact.out.logits, ref);
-  std::printf(
-      "%s loops %d: %lld attentions, int8 KV %.3g (tolerance %.3g), bf16 KV %.3g, f32 KV %.3g\n",
-      c.family, c.loops, static_cast<long long>(attentions), err, tol,
-      RelativeError(bf16.out.logits, ref), err_f32);
-  EXPECT_LE(err, tol);
-  EXPECT_LE(err_f32, 1e-4);
-  EXPECT_GT(err, err_f32);
+  StoredKvRun r;
+  ASSERT_NO_FATAL_FAILURE(RunStoredKv(c, DType::kI8, &r));
+  const double tol = 4.0 / 254 * static_cast<double>(r.attentions);
+  std::printf("%s loops %d: %lld attentions, int8 KV %.3g (tolerance %.3g), f32 KV %.3g\n",
+              c.family, c.loops, static_cast<long long>(r.attentions), r.err, tol, r.err_f32);
+  EXPECT_LE(r.err, tol);
+  EXPECT_LE(r.err_f32, 1e-4);
+  EXPECT_GT(r.err, r.err_f32);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Int8KvReferenceTest,
