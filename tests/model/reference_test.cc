@@ -11,6 +11,7 @@
 
 #include "exec/exit_policy.h"
 #include "exec/prompt.h"
+#include "kv/block_pool.h"
 #include "model/test_util.h"
 
 namespace fathom {
@@ -272,16 +273,22 @@ void RunStoredKv(const KvCase& c, DType t, StoredKvRun* out) {
 
 class Bf16KvReferenceTest : public ::testing::TestWithParam<KvCase> {};
 
-TEST_P(Bf16KvReferenceTest, LogitsWithinTheBf16StorageBound) {
-  const KvCase& c = GetParam();
+// Runs the case and expects the stored-K/V error within per_attention x the attentions on a
+// token's path, the f32 run at the reference, and the stored run visibly further from it.
+void ExpectStoredKvWithin(const KvCase& c, DType t, double per_attention) {
   StoredKvRun r;
-  ASSERT_NO_FATAL_FAILURE(RunStoredKv(c, DType::kBF16, &r));
-  const double tol = std::ldexp(1.0, -8) * static_cast<double>(r.attentions);
-  std::printf("%s loops %d: %lld attentions, bf16 KV %.3g (tolerance %.3g), f32 KV %.3g\n",
-              c.family, c.loops, static_cast<long long>(r.attentions), r.err, tol, r.err_f32);
+  ASSERT_NO_FATAL_FAILURE(RunStoredKv(c, t, &r));
+  const double tol = per_attention * static_cast<double>(r.attentions);
+  std::printf("%s loops %d: %lld attentions, %s KV %.3g (tolerance %.3g), f32 KV %.3g\n", c.family,
+              c.loops, static_cast<long long>(r.attentions), KvDtypeName(t).data(), r.err, tol,
+              r.err_f32);
   EXPECT_LE(r.err, tol);
   EXPECT_LE(r.err_f32, 1e-4);
   EXPECT_GT(r.err, r.err_f32);
+}
+
+TEST_P(Bf16KvReferenceTest, LogitsWithinTheBf16StorageBound) {
+  ExpectStoredKvWithin(GetParam(), DType::kBF16, std::ldexp(1.0, -8));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Bf16KvReferenceTest,
@@ -303,15 +310,7 @@ INSTANTIATE_TEST_SUITE_P(Families, Bf16KvReferenceTest,
 class Int8KvReferenceTest : public ::testing::TestWithParam<KvCase> {};
 
 TEST_P(Int8KvReferenceTest, LogitsWithinTheInt8StorageBound) {
-  const KvCase& c = GetParam();
-  StoredKvRun r;
-  ASSERT_NO_FATAL_FAILURE(RunStoredKv(c, DType::kI8, &r));
-  const double tol = 4.0 / 254 * static_cast<double>(r.attentions);
-  std::printf("%s loops %d: %lld attentions, int8 KV %.3g (tolerance %.3g), f32 KV %.3g\n",
-              c.family, c.loops, static_cast<long long>(r.attentions), r.err, tol, r.err_f32);
-  EXPECT_LE(r.err, tol);
-  EXPECT_LE(r.err_f32, 1e-4);
-  EXPECT_GT(r.err, r.err_f32);
+  ExpectStoredKvWithin(GetParam(), DType::kI8, 4.0 / 254);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Int8KvReferenceTest,
