@@ -574,7 +574,14 @@ TEST_F(HttpServerTest, ReclaimNoticeNeedsTheKeyThenNewRequestsGet503) {
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 401);
   }
-  auto before = Post("/v1/completions", R"({"prompt": "abc", "max_tokens": 3, "service_tier": "flex", "deadline_ms": 60000})", key);
+  // Greedy and past EOS, so that it surely decodes 2 tokens after the prefill's. Sampled at
+  // the default temperature from this few-hundred-token vocabulary, a first token that was a
+  // stop token ended the request with no decode token, so the tier's mean exit depth stayed
+  // 0: a fresh-machine CI run failed so once (2026-12-07; not reproduced in 150 runs).
+  auto before = Post("/v1/completions",
+                     R"({"prompt": "abc", "max_tokens": 3, "temperature": 0, "ignore_eos": true,
+                         "service_tier": "flex", "deadline_ms": 60000})",
+                     key);
   ASSERT_TRUE(before);
   ASSERT_EQ(before->status, 200) << before->body;
   EXPECT_EQ(json::parse(before->body)["fathom"]["mean_budget"], 1.0);
